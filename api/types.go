@@ -1,0 +1,311 @@
+// Package api holds the wire types of DSec's REST API v1 and the OpenAPI
+// document that describes them. It is public so that Go programs can use the
+// same types as the server; the client package builds on it.
+package api
+
+import "time"
+
+// Version is the API version served under /v1.
+const Version = "v1"
+
+// Tiers.
+const (
+	TierFunction  = "function"
+	TierContainer = "container"
+	TierMicroVM   = "microvm"
+	TierVM        = "vm"
+)
+
+// Tiers lists every tier DSec defines, in order of isolation strength.
+var Tiers = []string{TierFunction, TierContainer, TierMicroVM, TierVM}
+
+// State is a sandbox lifecycle state.
+type State string
+
+// The lifecycle: pending → running → stopping → stopped; any non-final state
+// may also become failed.
+const (
+	StatePending  State = "pending"
+	StateRunning  State = "running"
+	StateStopping State = "stopping"
+	StateStopped  State = "stopped"
+	StateFailed   State = "failed"
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	// Tier selects the isolation substrate; it is the one parameter that
+	// switches between WebAssembly, containers and VMs. Default "function".
+	Tier string `json:"tier,omitempty"`
+	// Image is an image name[:tag] or ID. Default: the tier's default image.
+	Image string `json:"image,omitempty"`
+	// CPU in cores (may be fractional). Default 1.
+	CPU float64 `json:"cpu,omitempty"`
+	// MemoryMB caps the sandbox's memory. Default 256.
+	MemoryMB int `json:"memory_mb,omitempty"`
+	// DiskMB caps the sandbox's writable storage. Default 256.
+	DiskMB int `json:"disk_mb,omitempty"`
+	// TimeoutS is the time to live in seconds; the sandbox is destroyed
+	// when it runs out. Default 300.
+	TimeoutS int `json:"timeout_s,omitempty"`
+	// Env is set for every command run in the sandbox.
+	Env map[string]string `json:"env,omitempty"`
+	// Labels are free key/value pairs that list can filter on.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Sandbox describes a sandbox.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	Tier      string            `json:"tier"`
+	Image     string            `json:"image"`
+	ImageID   string            `json:"image_id,omitempty"`
+	State     State             `json:"state"`
+	Node      string            `json:"node,omitempty"`
+	CPU       float64           `json:"cpu"`
+	MemoryMB  int               `json:"memory_mb"`
+	DiskMB    int               `json:"disk_mb"`
+	TimeoutS  int               `json:"timeout_s"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt time.Time         `json:"expires_at"`
+	EndedAt   *time.Time        `json:"ended_at,omitempty"`
+	// Reason says why a sandbox stopped or failed (e.g. "expired", "deleted").
+	Reason string `json:"reason,omitempty"`
+}
+
+// SandboxList is a page of sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+	// NextPageToken, if set, fetches the next page.
+	NextPageToken string `json:"next_page_token,omitempty"`
+}
+
+// SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout. The
+// sandbox then expires TimeoutS seconds from now.
+type SetTimeoutRequest struct {
+	TimeoutS int `json:"timeout_s"`
+}
+
+// ExecRequest runs a command. Exactly one of Cmd and Command is set.
+type ExecRequest struct {
+	// Cmd is the argv to run.
+	Cmd []string `json:"cmd,omitempty"`
+	// Command is a command line. Tiers with a shell run it with /bin/sh -c;
+	// tiers without one split it into words (quotes are honoured, shell
+	// operators are refused).
+	Command string            `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	// Stdin is written to the command's standard input, then closed.
+	Stdin string `json:"stdin,omitempty"`
+	// TimeoutS bounds the command's run time in seconds. Default 60.
+	TimeoutS float64 `json:"timeout_s,omitempty"`
+	// MaxOutputBytes caps each of stdout and stderr (default and maximum
+	// are server settings, 4 MiB by default); the rest is dropped and the
+	// result is marked truncated.
+	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
+}
+
+// ExecResult is the outcome of a command.
+type ExecResult struct {
+	// ExitCode is the command's exit status, or -1 if it had none (it was
+	// killed, timed out or trapped; Error says which).
+	ExitCode        int     `json:"exit_code"`
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	StdoutTruncated bool    `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool    `json:"stderr_truncated,omitempty"`
+	DurationMS      float64 `json:"duration_ms"`
+	TimedOut        bool    `json:"timed_out,omitempty"`
+	// Error describes an abnormal end: "timeout", "killed", a wasm trap, …
+	Error string `json:"error,omitempty"`
+}
+
+// Exec stream event types.
+const (
+	EventStart  = "start"
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventExit   = "exit"
+	EventError  = "error"
+)
+
+// ExecEvent is one line of a streamed command (NDJSON or a WebSocket
+// message). A stream is a start event, any number of stdout and stderr
+// events, and one exit or error event.
+type ExecEvent struct {
+	Type string `json:"type"`
+	// Data is a chunk of output for stdout and stderr events.
+	Data string `json:"data,omitempty"`
+	// Pid is set on start events for tiers with processes.
+	Pid int `json:"pid,omitempty"`
+	// Result is set on exit events; its Stdout and Stderr are empty since
+	// the output was streamed.
+	Result *ExecResult `json:"result,omitempty"`
+	// Error is set on error events.
+	Error *Error `json:"error,omitempty"`
+}
+
+// Process states.
+const (
+	ProcessRunning = "running"
+	ProcessExited  = "exited"
+)
+
+// Process describes a background process.
+type Process struct {
+	Pid       int       `json:"pid"`
+	Cmd       []string  `json:"cmd"`
+	State     string    `json:"state"`
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// ProcessList is the body of GET /v1/sandboxes/{id}/processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+// StdinRequest sends data to a background process's standard input.
+type StdinRequest struct {
+	Data string `json:"data"`
+}
+
+// SignalRequest is the body of POST …/processes/{pid}/kill. Signal is a
+// name such as "KILL" or "TERM"; default "KILL".
+type SignalRequest struct {
+	Signal string `json:"signal,omitempty"`
+}
+
+// File types.
+const (
+	FileTypeFile    = "file"
+	FileTypeDir     = "dir"
+	FileTypeSymlink = "symlink"
+	FileTypeOther   = "other"
+)
+
+// FileInfo describes a file in a sandbox.
+type FileInfo struct {
+	Name string `json:"name"`
+	// Path is absolute within the sandbox.
+	Path string `json:"path"`
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+	// Mode holds the permission bits.
+	Mode    uint32    `json:"mode"`
+	ModTime time.Time `json:"mtime"`
+	// Target is a symlink's target.
+	Target string `json:"target,omitempty"`
+}
+
+// FileList is the body of GET …/files/list.
+type FileList struct {
+	Entries []FileInfo `json:"entries"`
+}
+
+// ExistsResponse is the body of GET …/files/exists.
+type ExistsResponse struct {
+	Exists bool `json:"exists"`
+}
+
+// MkdirRequest is the body of POST …/files/mkdir.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// RenameRequest is the body of POST …/files/rename.
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Error is the body of every error response.
+type Error struct {
+	// Code is stable and names the condition, e.g. "sandbox_not_found".
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Class is the error class, which determines the HTTP status.
+	Class string `json:"class,omitempty"`
+}
+
+// Health is the body of GET /v1/health.
+type Health struct {
+	Status string `json:"status"`
+	Nodes  int    `json:"nodes"`
+}
+
+// VersionInfo is the body of GET /v1/version.
+type VersionInfo struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit,omitempty"`
+	GoVersion string `json:"go_version"`
+	API       string `json:"api"`
+}
+
+// TierInfo says whether and how a node runs a tier.
+type TierInfo struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	// Reason says why an unavailable tier is unavailable.
+	Reason string `json:"reason,omitempty"`
+	// Accelerator is "kvm", "tcg" or "none" (no hardware virtualisation
+	// involved, as for function and container).
+	Accelerator string `json:"accelerator,omitempty"`
+}
+
+// Capacity is what a node offers.
+type Capacity struct {
+	CPUs         int `json:"cpus"`
+	MemoryMB     int `json:"memory_mb"`
+	MaxSandboxes int `json:"max_sandboxes"`
+}
+
+// Usage is what a node is using.
+type Usage struct {
+	Sandboxes int     `json:"sandboxes"`
+	Load1     float64 `json:"load1"`
+	MemoryMB  int     `json:"memory_used_mb"`
+}
+
+// Node describes a node agent.
+type Node struct {
+	ID       string     `json:"id"`
+	Version  string     `json:"version"`
+	Tiers    []TierInfo `json:"tiers"`
+	Capacity Capacity   `json:"capacity"`
+	Usage    Usage      `json:"usage"`
+	Ready    bool       `json:"ready"`
+	LastSeen time.Time  `json:"last_seen"`
+}
+
+// NodeList is the body of GET /v1/nodes.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// Image describes an image a sandbox can start from.
+type Image struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Tiers the image is meant for (empty: any).
+	Tiers     []string  `json:"tiers,omitempty"`
+	Source    string    `json:"source"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ImageList is the body of GET /v1/images.
+type ImageList struct {
+	Images []Image `json:"images"`
+}
+
+// AddDirImageRequest registers a directory on the server host as an image
+// (POST /v1/images/dir). It is an operator convenience until layer images
+// exist: the server reads the directory read-only and never writes to it.
+type AddDirImageRequest struct {
+	Name  string   `json:"name"`
+	Path  string   `json:"path"`
+	Tiers []string `json:"tiers,omitempty"`
+}

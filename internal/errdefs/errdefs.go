@@ -1,0 +1,150 @@
+// Package errdefs defines DSec's error classes. Every error that reaches a
+// user carries one class (which the REST edge maps to an HTTP status, once)
+// and a stable code naming the precise condition. The message is written for
+// the user; the cause, if any, is kept apart for logs.
+package errdefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+)
+
+// Class is an error class. Classes are errors themselves, so
+// errors.Is(err, errdefs.NotFound) works on any error of that class.
+type Class string
+
+func (c Class) Error() string { return string(c) }
+
+// The classes. Their string values are part of the wire protocol between
+// server and nodes; do not rename them.
+const (
+	Invalid          Class = "invalid_argument"
+	Unauthenticated  Class = "unauthenticated"
+	PermissionDenied Class = "permission_denied"
+	NotFound         Class = "not_found"
+	Conflict         Class = "conflict"
+	TooLarge         Class = "too_large"
+	Unsupported      Class = "unsupported"
+	RateLimited      Class = "rate_limited"
+	Unavailable      Class = "unavailable"
+	DeadlineExceeded Class = "deadline_exceeded"
+	Internal         Class = "internal"
+)
+
+// Classes lists every class, for tests and documentation.
+var Classes = []Class{Invalid, Unauthenticated, PermissionDenied, NotFound, Conflict,
+	TooLarge, Unsupported, RateLimited, Unavailable, DeadlineExceeded, Internal}
+
+// ParseClass returns the class named s, or Internal if s names none.
+func ParseClass(s string) Class {
+	for _, c := range Classes {
+		if string(c) == s {
+			return c
+		}
+	}
+	return Internal
+}
+
+// ErrNotSupported is wrapped by host feature probes that fail because the
+// machine lacks the feature (a kernel option, a device, a tool).
+var ErrNotSupported = errors.New("not supported on this host")
+
+// Error is a classified error with a stable code and a user-facing message.
+type Error struct {
+	Class Class
+	// Code names the condition precisely, e.g. "sandbox_not_found".
+	Code string
+	// Msg is safe to show to the user.
+	Msg string
+	// Cause is for logs; it is not shown to the user.
+	Cause error
+	// RetryAfter hints when a RateLimited or Unavailable request may succeed.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return e.Msg + ": " + e.Cause.Error()
+	}
+	return e.Msg
+}
+
+// Is makes errors.Is(err, class) true for the error's class.
+func (e *Error) Is(target error) bool {
+	c, ok := target.(Class)
+	return ok && c == e.Class
+}
+
+func (e *Error) Unwrap() error { return e.Cause }
+
+// New returns an error of class c with code and a formatted message.
+func New(c Class, code, format string, args ...any) *Error {
+	return &Error{Class: c, Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an error of class c whose cause is err.
+func Wrap(c Class, code string, err error, format string, args ...any) *Error {
+	return &Error{Class: c, Code: code, Msg: fmt.Sprintf(format, args...), Cause: err}
+}
+
+// ClassOf returns the class of err: its own if it is classified, otherwise
+// one inferred from well-known standard errors, otherwise Internal.
+func ClassOf(err error) Class {
+	var e *Error
+	var c Class
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &e):
+		return e.Class
+	case errors.As(err, &c):
+		return c
+	case errors.Is(err, fs.ErrNotExist):
+		return NotFound
+	case errors.Is(err, fs.ErrExist):
+		return Conflict
+	case errors.Is(err, fs.ErrPermission):
+		return PermissionDenied
+	case errors.Is(err, context.DeadlineExceeded):
+		return DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return Unavailable
+	case errors.Is(err, ErrNotSupported):
+		return Unsupported
+	}
+	return Internal
+}
+
+// CodeOf returns err's code, or the name of its class if it has none.
+func CodeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) && e.Code != "" {
+		return e.Code
+	}
+	return string(ClassOf(err))
+}
+
+// MessageOf returns the user-facing message of err. Unclassified errors
+// keep their text unless they are Internal, whose detail stays in logs.
+func MessageOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Msg
+	}
+	if ClassOf(err) == Internal {
+		return "internal error"
+	}
+	return err.Error()
+}
+
+// RetryAfterOf returns err's retry hint, or 0.
+func RetryAfterOf(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
+}

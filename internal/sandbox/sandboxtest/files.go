@@ -1,0 +1,231 @@
+package sandboxtest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+)
+
+// work is a directory inside the tier's file root where tests may write.
+func work(rt sandbox.Runtime, rel string) string {
+	root := rt.Capabilities().FileRoot
+	if root == "/" {
+		root = "/workspace"
+	}
+	return path.Join(root, rel)
+}
+
+func readAll(t *testing.T, fs sandbox.Files, p string) string {
+	t.Helper()
+	rc, _, err := fs.Open(context.Background(), p)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", p, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %s: %v", p, err)
+	}
+	return string(b)
+}
+
+func write(t *testing.T, fs sandbox.Files, p, content string, opt sandbox.WriteOptions) api.FileInfo {
+	t.Helper()
+	fi, err := fs.Write(context.Background(), p, strings.NewReader(content), opt)
+	if err != nil {
+		t.Fatalf("Write(%s): %v", p, err)
+	}
+	return fi
+}
+
+func testFilesRoundTrip(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	fs := e.newSandbox().Files()
+	ctx := context.Background()
+	p := work(e.rt, "dir/sub/hello.txt")
+	fi := write(t, fs, p, "hello\n", sandbox.WriteOptions{Parents: true, Mode: 0o640})
+	if fi.Path != p || fi.Name != "hello.txt" || fi.Type != api.FileTypeFile || fi.Size != 6 || fi.Mode != 0o640 {
+		t.Errorf("Write info = %+v", fi)
+	}
+	if got := readAll(t, fs, p); got != "hello\n" {
+		t.Errorf("read back %q", got)
+	}
+	// Overwrite replaces the content entirely.
+	write(t, fs, p, "x", sandbox.WriteOptions{})
+	if got := readAll(t, fs, p); got != "x" {
+		t.Errorf("after overwrite %q", got)
+	}
+	st, err := fs.Stat(ctx, path.Dir(p))
+	if err != nil || st.Type != api.FileTypeDir {
+		t.Errorf("Stat(dir) = %+v, %v", st, err)
+	}
+	if _, err := fs.Mkdir(ctx, work(e.rt, "a/b/c"), true); err != nil {
+		t.Errorf("Mkdir parents: %v", err)
+	}
+	if _, err := fs.Mkdir(ctx, work(e.rt, "x/y"), false); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("Mkdir without parents under a missing dir: err = %v, want NotFound", err)
+	}
+	if _, err := fs.Mkdir(ctx, work(e.rt, "a"), false); !errors.Is(err, errdefs.Conflict) {
+		t.Errorf("Mkdir existing: err = %v, want Conflict", err)
+	}
+	to := work(e.rt, "a/b/moved.txt")
+	if fi, err := fs.Rename(ctx, p, to); err != nil || fi.Path != to {
+		t.Fatalf("Rename = %+v, %v", fi, err)
+	}
+	if _, err := fs.Stat(ctx, p); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("old name after rename: err = %v, want NotFound", err)
+	}
+	if got := readAll(t, fs, to); got != "x" {
+		t.Errorf("renamed content %q", got)
+	}
+	if err := fs.Remove(ctx, work(e.rt, "a"), false); err == nil {
+		t.Errorf("non-recursive Remove of a non-empty dir succeeded")
+	}
+	if err := fs.Remove(ctx, work(e.rt, "a"), true); err != nil {
+		t.Errorf("recursive Remove: %v", err)
+	}
+	if _, err := fs.Stat(ctx, to); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("after Remove: err = %v, want NotFound", err)
+	}
+	// Large file: 8 MiB of patterned data.
+	big := strings.Repeat("dsec-large-file-", 512<<10)
+	write(t, fs, work(e.rt, "big.bin"), big, sandbox.WriteOptions{})
+	if got := readAll(t, fs, work(e.rt, "big.bin")); got != big {
+		t.Errorf("large file round trip: got %d bytes, want %d", len(got), len(big))
+	}
+	_, err = fs.Write(ctx, work(e.rt, "capped.bin"), strings.NewReader(strings.Repeat("z", 5000)), sandbox.WriteOptions{MaxBytes: 4096})
+	if !errors.Is(err, errdefs.TooLarge) {
+		t.Errorf("Write past MaxBytes: err = %v, want TooLarge", err)
+	}
+	if _, err := fs.Stat(ctx, work(e.rt, "capped.bin")); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("a refused write left a file behind: %v", err)
+	}
+}
+
+func testFilesSeenByCommands(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	sb := e.newSandbox()
+	p := work(e.rt, "from-api.txt")
+	write(t, sb.Files(), p, "written by the API\n", sandbox.WriteOptions{})
+	res := run(t, sb, api.ExecRequest{Cmd: f.Commands.ReadFile(p)})
+	if res.ExitCode != 0 || res.Stdout != "written by the API\n" {
+		t.Errorf("command reading an API-written file: %+v", res)
+	}
+	q := work(e.rt, "from-cmd.txt")
+	res = run(t, sb, api.ExecRequest{Cmd: f.Commands.WriteFile(q), Stdin: "written by a command\n"})
+	if res.ExitCode != 0 {
+		t.Fatalf("command writing a file: %+v", res)
+	}
+	if got := readAll(t, sb.Files(), q); got != "written by a command\n" {
+		t.Errorf("API reading a command-written file: %q", got)
+	}
+	// State persists across calls.
+	res = run(t, sb, api.ExecRequest{Cmd: f.Commands.ReadFile(q)})
+	if res.Stdout != "written by a command\n" {
+		t.Errorf("second call reading the file: %+v", res)
+	}
+}
+
+func testFilesListDepth(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	fs := e.newSandbox().Files()
+	base := work(e.rt, "tree")
+	for _, p := range []string{"a.txt", "d1/b.txt", "d1/d2/c.txt"} {
+		write(t, fs, path.Join(base, p), p, sandbox.WriteOptions{Parents: true})
+	}
+	names := func(depth int) []string {
+		list, err := fs.List(context.Background(), base, depth)
+		if err != nil {
+			t.Fatalf("List depth %d: %v", depth, err)
+		}
+		var out []string
+		for _, fi := range list {
+			out = append(out, strings.TrimPrefix(fi.Path, base+"/"))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := names(1), []string{"a.txt", "d1"}; !slices.Equal(got, want) {
+		t.Errorf("depth 1 = %q, want %q", got, want)
+	}
+	if got, want := names(3), []string{"a.txt", "d1", "d1/b.txt", "d1/d2", "d1/d2/c.txt"}; !slices.Equal(got, want) {
+		t.Errorf("depth 3 = %q, want %q", got, want)
+	}
+	if _, err := fs.List(context.Background(), path.Join(base, "a.txt"), 1); err == nil {
+		t.Errorf("List of a file succeeded")
+	}
+}
+
+func testFilesTraversal(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	fs := e.newSandbox().Files()
+	ctx := context.Background()
+	root := e.rt.Capabilities().FileRoot
+	bad := []string{"../../../../etc/passwd", root + "/../../etc/passwd", "a/../../x", "with\x00nul"}
+	if root != "/" {
+		bad = append(bad, "/etc/passwd", "/tmp/x")
+	}
+	for _, p := range bad {
+		if _, err := fs.Write(ctx, p, strings.NewReader("x"), sandbox.WriteOptions{Parents: true}); !errors.Is(err, errdefs.Invalid) {
+			t.Errorf("Write(%q): err = %v, want Invalid", p, err)
+		}
+		if _, _, err := fs.Open(ctx, p); !errors.Is(err, errdefs.Invalid) {
+			t.Errorf("Open(%q): err = %v, want Invalid", p, err)
+		}
+		if _, err := fs.Stat(ctx, p); !errors.Is(err, errdefs.Invalid) {
+			t.Errorf("Stat(%q): err = %v, want Invalid", p, err)
+		}
+		if err := fs.Remove(ctx, p, true); !errors.Is(err, errdefs.Invalid) {
+			t.Errorf("Remove(%q): err = %v, want Invalid", p, err)
+		}
+		if _, err := fs.Rename(ctx, work(e.rt, "nope"), p); !errors.Is(err, errdefs.Invalid) {
+			t.Errorf("Rename(→%q): err = %v, want Invalid", p, err)
+		}
+	}
+}
+
+func testFilesErrors(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	fs := e.newSandbox().Files()
+	ctx := context.Background()
+	if _, _, err := fs.Open(ctx, work(e.rt, "missing")); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("Open missing: err = %v, want NotFound", err)
+	}
+	if _, err := fs.Stat(ctx, work(e.rt, "missing")); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("Stat missing: err = %v, want NotFound", err)
+	}
+	if err := fs.Remove(ctx, work(e.rt, "missing"), false); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("Remove missing: err = %v, want NotFound", err)
+	}
+	if _, err := fs.Mkdir(ctx, work(e.rt, "d"), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := fs.Open(ctx, work(e.rt, "d")); !errors.Is(err, errdefs.Invalid) {
+		t.Errorf("Open of a directory: err = %v, want Invalid", err)
+	}
+	if _, err := fs.Write(ctx, work(e.rt, "no/parent/f"), strings.NewReader("x"), sandbox.WriteOptions{}); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("Write without parents: err = %v, want NotFound", err)
+	}
+}
+
+func testIsolation(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	a, b := e.newSandbox(), e.newSandbox()
+	p := work(e.rt, "secret.txt")
+	write(t, a.Files(), p, "a's secret", sandbox.WriteOptions{})
+	if _, err := b.Files().Stat(context.Background(), p); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("sandbox b sees a's file: err = %v", err)
+	}
+	res := run(t, b, api.ExecRequest{Cmd: f.Commands.ReadFile(p)})
+	if res.ExitCode == 0 || strings.Contains(res.Stdout, "secret") {
+		t.Errorf("a command in b read a's file: %+v", res)
+	}
+}
