@@ -1,0 +1,221 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Header values, shared read-only by all requests so that setting them
+// allocates nothing.
+var (
+	hdrJSON   = []string{"application/json"}
+	hdrNDJSON = []string{"application/x-ndjson"}
+	hdrOctet  = []string{"application/octet-stream"}
+)
+
+const (
+	// maxPooledBuffer keeps huge responses from pinning memory in the pool.
+	maxPooledBuffer = 1 << 20
+	// maxRetryAfter is the longest Retry-After the client waits out; a
+	// longer one is returned to the caller as the error it is.
+	maxRetryAfter = time.Minute
+	backoffBase   = 100 * time.Millisecond
+	backoffMax    = 5 * time.Second
+)
+
+// request describes one API call.
+type request struct {
+	method string
+	path   string // starts with /v1/ and includes the query
+	body   []byte // JSON body, resent on retries
+	stream io.Reader
+	size   int64 // length of stream, or -1 if unknown
+	accept []string
+	ctype  []string
+}
+
+// replayable reports whether the request can be sent again.
+func (r *request) replayable() bool { return r.stream == nil }
+
+func idempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// send sends r, retrying as configured, and returns a 2xx response whose
+// body the caller must close. Any other status becomes an *Error.
+func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := c.newRequest(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			if attempt < c.retries && r.replayable() && idempotent(r.method) && ctx.Err() == nil {
+				if c.pause(ctx, backoff(attempt)) {
+					continue
+				}
+			}
+			return nil, err
+		}
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return resp, nil
+		}
+		e := readError(resp)
+		if resp.StatusCode == http.StatusTooManyRequests && attempt < c.retries && r.replayable() {
+			wait := e.RetryAfter
+			if wait == 0 {
+				wait = backoff(attempt)
+			}
+			if wait <= maxRetryAfter && c.pause(ctx, wait) {
+				continue
+			}
+		}
+		return nil, e
+	}
+}
+
+// pause waits d and reports true, or reports false at once if ctx would
+// end first.
+func (c *Client) pause(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// backoff returns the wait before retry attempt+1: exponential with jitter,
+// capped at backoffMax.
+func backoff(attempt int) time.Duration {
+	d := backoffMax
+	if attempt < 16 {
+		d = min(backoffBase<<attempt, backoffMax)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// readError consumes and closes the body of a non-2xx response.
+func readError(resp *http.Response) *Error {
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	return newError(resp.StatusCode, resp.Header, body)
+}
+
+// readOnly hides a body's Close (and other methods) from net/http, which
+// would otherwise close a caller's *os.File.
+type readOnly struct{ io.Reader }
+
+func (c *Client) newRequest(ctx context.Context, r *request) (*http.Request, error) {
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, c.base+r.path, body)
+	if err != nil {
+		return nil, err
+	}
+	if r.stream != nil {
+		switch {
+		case r.size == 0:
+			req.Body, req.ContentLength = http.NoBody, 0
+		default:
+			req.Body, req.ContentLength = io.NopCloser(readOnly{r.stream}), r.size
+		}
+	}
+	h := req.Header
+	if c.auth != nil {
+		h["Authorization"] = c.auth
+	}
+	if c.agent != nil {
+		h["User-Agent"] = c.agent
+	}
+	if r.accept != nil {
+		h["Accept"] = r.accept
+	}
+	if r.ctype != nil {
+		h["Content-Type"] = r.ctype
+	}
+	return req, nil
+}
+
+func nop() {}
+
+// withTimeout bounds ctx by the client's timeout plus extra, unless ctx
+// already ends sooner or the client has no timeout.
+func (c *Client) withTimeout(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
+	if c.timeout == 0 {
+		return ctx, nop
+	}
+	d := c.timeout + extra
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, nop
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// call sends in (if not nil) as JSON and decodes a 2xx response into out
+// (if not nil). extra extends the client's timeout for this call.
+func (c *Client) call(ctx context.Context, method, path string, in, out any, extra time.Duration) error {
+	r := request{method: method, path: path, accept: hdrJSON}
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encoding request: %w", err)
+		}
+		r.body, r.ctype = b, hdrJSON
+	}
+	ctx, cancel := c.withTimeout(ctx, extra)
+	defer cancel()
+	resp, err := c.send(ctx, &r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		return nil
+	}
+	buf := c.bufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledBuffer {
+			c.bufs.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return fmt.Errorf("reading response: %w", err)
+	}
+	if err := json.Unmarshal(buf.Bytes(), out); err != nil {
+		return fmt.Errorf("decoding %s response: %w", r.path, err)
+	}
+	return nil
+}
+
+var errEmptyID = errors.New("sandbox ID is empty")
+
+// sandboxPath returns /v1/sandboxes/{id}{suffix}.
+func sandboxPath(id, suffix string) (string, error) {
+	if id == "" {
+		return "", errEmptyID
+	}
+	return "/v1/sandboxes/" + url.PathEscape(id) + suffix, nil
+}

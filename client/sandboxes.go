@@ -1,0 +1,137 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+)
+
+// CreateSandbox creates a sandbox and returns it once it runs.
+func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.call(ctx, http.MethodPost, "/v1/sandboxes", req, &sb, 0); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// GetSandbox returns the sandbox id.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*api.Sandbox, error) {
+	p, err := sandboxPath(id, "")
+	if err != nil {
+		return nil, err
+	}
+	var sb api.Sandbox
+	if err := c.call(ctx, http.MethodGet, p, nil, &sb, 0); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// DeleteSandbox destroys the sandbox id. Deleting a sandbox that is already
+// gone is not an error for the server, but an unknown ID is ErrNotFound.
+func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
+	p, err := sandboxPath(id, "")
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodDelete, p, nil, nil, 0)
+}
+
+// SetTimeout makes the sandbox expire timeout from now, rounded up to a
+// whole second.
+func (c *Client) SetTimeout(ctx context.Context, id string, timeout time.Duration) (*api.Sandbox, error) {
+	p, err := sandboxPath(id, "/timeout")
+	if err != nil {
+		return nil, err
+	}
+	if timeout <= 0 {
+		return nil, errors.New("timeout must be positive")
+	}
+	req := api.SetTimeoutRequest{TimeoutS: int(math.Ceil(timeout.Seconds()))}
+	var sb api.Sandbox
+	if err := c.call(ctx, http.MethodPost, p, req, &sb, 0); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ListOptions filters and pages ListSandboxes. The zero value lists the
+// first page of all sandboxes.
+type ListOptions struct {
+	// Labels that every listed sandbox must carry.
+	Labels map[string]string
+	State  api.State
+	Tier   string
+	// Limit is the page size (server default 100, at most 1000).
+	Limit     int
+	PageToken string
+}
+
+// query encodes o as a query string, labels as repeated label=k=v in key
+// order.
+func (o ListOptions) query() string {
+	q := url.Values{}
+	keys := make([]string, 0, len(o.Labels))
+	for k := range o.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		q.Add("label", k+"="+o.Labels[k])
+	}
+	if o.State != "" {
+		q.Set("state", string(o.State))
+	}
+	if o.Tier != "" {
+		q.Set("tier", o.Tier)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.PageToken != "" {
+		q.Set("page_token", o.PageToken)
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// ListSandboxes returns one page of sandboxes, newest first.
+func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*api.SandboxList, error) {
+	var l api.SandboxList
+	if err := c.call(ctx, http.MethodGet, "/v1/sandboxes"+opts.query(), nil, &l, 0); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// ListAllSandboxes follows the pages of ListSandboxes from opts.PageToken
+// to the last one and returns every sandbox.
+func (c *Client) ListAllSandboxes(ctx context.Context, opts ListOptions) ([]api.Sandbox, error) {
+	var all []api.Sandbox
+	seen := map[string]bool{}
+	for {
+		l, err := c.ListSandboxes(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, l.Sandboxes...)
+		if l.NextPageToken == "" {
+			return all, nil
+		}
+		if seen[l.NextPageToken] {
+			return nil, errors.New("listing sandboxes: server repeated a page token")
+		}
+		seen[l.NextPageToken] = true
+		opts.PageToken = l.NextPageToken
+	}
+}

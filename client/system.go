@@ -1,0 +1,77 @@
+package client
+
+import (
+	"context"
+	"io"
+	"net/http"
+
+	"github.com/dsec-dev/dsec/api"
+)
+
+// Health reports whether the server is ready. A server that is up but not
+// ready answers with an *Error of class unavailable.
+func (c *Client) Health(ctx context.Context) (*api.Health, error) {
+	var h api.Health
+	if err := c.call(ctx, http.MethodGet, "/v1/health", nil, &h, 0); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// Version returns the server's version.
+func (c *Client) Version(ctx context.Context) (*api.VersionInfo, error) {
+	var v api.VersionInfo
+	if err := c.call(ctx, http.MethodGet, "/v1/version", nil, &v, 0); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Nodes lists the nodes, the tiers they run and their capacity.
+func (c *Client) Nodes(ctx context.Context) (*api.NodeList, error) {
+	var l api.NodeList
+	if err := c.call(ctx, http.MethodGet, "/v1/nodes", nil, &l, 0); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Images lists the images sandboxes can start from.
+func (c *Client) Images(ctx context.Context) (*api.ImageList, error) {
+	var l api.ImageList
+	if err := c.call(ctx, http.MethodGet, "/v1/images", nil, &l, 0); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// AddDirImage registers a directory on the server host as an image. The
+// path is taken as the server sees it.
+func (c *Client) AddDirImage(ctx context.Context, req api.AddDirImageRequest) (*api.Image, error) {
+	var img api.Image
+	if err := c.call(ctx, http.MethodPost, "/v1/images/dir", req, &img, 0); err != nil {
+		return nil, err
+	}
+	return &img, nil
+}
+
+// OpenAPI returns the server's OpenAPI document, as JSON.
+func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
+	return c.getRaw(ctx, "/v1/openapi.json", hdrJSON)
+}
+
+// Metrics returns the server's Prometheus metrics, in the text format.
+func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
+	return c.getRaw(ctx, "/metrics", nil)
+}
+
+func (c *Client) getRaw(ctx context.Context, path string, accept []string) ([]byte, error) {
+	ctx, cancel := c.withTimeout(ctx, 0)
+	defer cancel()
+	resp, err := c.send(ctx, &request{method: http.MethodGet, path: path, accept: accept})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
