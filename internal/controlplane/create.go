@@ -1,0 +1,211 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"maps"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"golang.org/x/time/rate"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/noderpc"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/scheduler"
+	"github.com/dsec-dev/dsec/internal/store"
+)
+
+const (
+	maxLabels      = 64
+	maxEnv         = 256
+	maxValueLen    = 4096
+	createDeadline = 2 * time.Minute
+)
+
+var labelKey = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9])?$`)
+var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
+
+// newID returns a sandbox ID: "sb-" and a lower-case ULID, so IDs sort by
+// creation time and are valid store keys.
+func newID() string {
+	return "sb-" + strings.ToLower(ulid.MustNew(ulid.Now(), rand.Reader).String())
+}
+
+// validate checks a create request and fills in defaults.
+func (m *Manager) validate(req *api.CreateSandboxRequest) error {
+	l := &m.lim
+	if req.Tier == "" {
+		req.Tier = l.DefaultTier
+	}
+	if !sandbox.KnownTier(req.Tier) {
+		return errdefs.New(errdefs.Invalid, "unknown_tier", "unknown tier %q (tiers: function, container, microvm, vm)", req.Tier)
+	}
+	if req.Image == "" {
+		req.Image = l.DefaultImages[req.Tier]
+		if req.Image == "" {
+			return errdefs.New(errdefs.Invalid, "image_required", "the %s tier has no default image: name one", req.Tier)
+		}
+	}
+	if req.CPU < 0 || req.CPU > l.MaxCPU {
+		return errdefs.New(errdefs.Invalid, "out_of_range", "cpu must be between 0 and %g", l.MaxCPU)
+	}
+	if req.CPU == 0 {
+		req.CPU = l.DefaultCPU
+	}
+	ints := []struct {
+		name     string
+		v        *int
+		def, max int
+	}{
+		{"memory_mb", &req.MemoryMB, l.DefaultMemoryMB, l.MaxMemoryMB},
+		{"disk_mb", &req.DiskMB, l.DefaultDiskMB, l.MaxDiskMB},
+		{"timeout_s", &req.TimeoutS, l.DefaultTimeoutS, l.MaxTimeoutS},
+	}
+	for _, b := range ints {
+		if *b.v < 0 || *b.v > b.max {
+			return errdefs.New(errdefs.Invalid, "out_of_range", "%s must be between 0 and %d", b.name, b.max)
+		}
+		if *b.v == 0 {
+			*b.v = b.def
+		}
+	}
+	if len(req.Labels) > maxLabels {
+		return errdefs.New(errdefs.Invalid, "too_many_labels", "at most %d labels", maxLabels)
+	}
+	for k, v := range req.Labels {
+		if !labelKey.MatchString(k) || len(v) > maxValueLen {
+			return errdefs.New(errdefs.Invalid, "invalid_label", "label %q: keys are 1–128 letters, digits, '.', '_', '/', '-'; values at most %d bytes", k, maxValueLen)
+		}
+	}
+	if len(req.Env) > maxEnv {
+		return errdefs.New(errdefs.Invalid, "too_many_env", "at most %d environment variables", maxEnv)
+	}
+	for k, v := range req.Env {
+		if !envKey.MatchString(k) || len(v) > maxValueLen || strings.IndexByte(v, 0) >= 0 {
+			return errdefs.New(errdefs.Invalid, "invalid_env", "environment variable %q is not valid", k)
+		}
+	}
+	return nil
+}
+
+// admit applies the owner's rate limit and sandbox cap, reserving a slot;
+// release must be called when the create finishes.
+func (m *Manager) admit(owner string) (release func(), err error) {
+	m.limMu.Lock()
+	defer m.limMu.Unlock()
+	lim := m.limiters[owner]
+	if lim == nil {
+		lim = rate.NewLimiter(rate.Limit(m.lim.CreatesPerSecond), m.lim.CreateBurst)
+		m.limiters[owner] = lim
+	}
+	r := lim.Reserve()
+	if d := r.Delay(); d > 0 {
+		r.Cancel()
+		return nil, &errdefs.Error{Class: errdefs.RateLimited, Code: "rate_limited",
+			Msg: "too many sandbox creates: slow down", RetryAfter: d}
+	}
+	if m.cache.liveCount(owner)+m.creating[owner] >= m.lim.MaxSandboxesPerOwner {
+		r.Cancel()
+		return nil, &errdefs.Error{Class: errdefs.RateLimited, Code: "too_many_sandboxes",
+			Msg: "this token already has the maximum number of live sandboxes; delete some first", RetryAfter: time.Second}
+	}
+	m.creating[owner]++
+	return func() {
+		m.limMu.Lock()
+		m.creating[owner]--
+		if m.creating[owner] == 0 {
+			delete(m.creating, owner)
+		}
+		m.limMu.Unlock()
+	}, nil
+}
+
+// Create creates a sandbox for owner and returns it running.
+func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandboxRequest) (sb api.Sandbox, err error) {
+	start := time.Now()
+	defer func() { m.obs.Created(req.Tier, time.Since(start), err) }()
+	if err := m.validate(&req); err != nil {
+		return api.Sandbox{}, err
+	}
+	release, err := m.admit(owner)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer release()
+	img, err := m.images.Resolve(ctx, req.Image)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if !image.Supports(img, req.Tier) {
+		return api.Sandbox{}, errdefs.New(errdefs.Invalid, "image_tier_mismatch", "image %s is for tiers %v, not %s", img.Name, img.Tiers, req.Tier)
+	}
+	node, placed, err := m.view.pick(scheduler.Request{Tier: req.Tier, CPU: req.CPU, MemoryMB: req.MemoryMB}, m.opt.NodeStale)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	defer placed()
+
+	now := time.Now().UTC()
+	rec := store.SandboxRecord{
+		Sandbox: api.Sandbox{
+			ID: newID(), Tier: req.Tier, Image: img.Name, ImageID: img.ID, State: api.StatePending, Node: node,
+			CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, TimeoutS: req.TimeoutS,
+			Labels: maps.Clone(req.Labels), CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second),
+		},
+		StateSince: now,
+		Owner:      owner, Env: maps.Clone(req.Env), ImageSource: img.Source,
+	}
+	// The record goes first: if this process dies before the node has the
+	// sandbox, reconciliation finds the pending record and cleans up.
+	m.trackCreate(rec.ID, true)
+	defer m.trackCreate(rec.ID, false)
+	rev, err := m.st.CreateSandbox(ctx, rec)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	m.cache.apply(rec, rev)
+	m.event(rec, "", "")
+
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createDeadline)
+	defer cancel()
+	err = m.nodes.Create(cctx, node, noderpc.CreateRequest{
+		ID: rec.ID, Tier: rec.Tier, CPU: rec.CPU, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB, Env: rec.Env,
+		Image: noderpc.ImageRef{ID: img.ID, Name: img.Name, Source: img.Source},
+	})
+	if err != nil {
+		m.fail(cctx, rec.ID, "create failed: "+errdefs.MessageOf(err))
+		// The node may hold a half-made sandbox if the call timed out.
+		if errdefs.ClassOf(err) == errdefs.DeadlineExceeded || errdefs.ClassOf(err) == errdefs.Unavailable {
+			m.destroyOnNode(cctx, node, rec.ID)
+		}
+		return api.Sandbox{}, err
+	}
+	out, err := m.transition(cctx, rec.ID, api.StatePending, api.StateRunning, "")
+	if err != nil {
+		// Deleted while being created: the deleter destroys it.
+		return api.Sandbox{}, err
+	}
+	return out.Sandbox, nil
+}
+
+func (m *Manager) trackCreate(id string, on bool) {
+	m.inflightMu.Lock()
+	defer m.inflightMu.Unlock()
+	if on {
+		m.creates[id] = struct{}{}
+	} else {
+		delete(m.creates, id)
+	}
+}
+
+func (m *Manager) createInFlight(id string) bool {
+	m.inflightMu.Lock()
+	defer m.inflightMu.Unlock()
+	_, ok := m.creates[id]
+	return ok
+}

@@ -1,0 +1,118 @@
+package controlplane
+
+import (
+	"context"
+
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/noderpc"
+)
+
+// execDefaults fills in and bounds an exec request.
+func (m *Manager) execDefaults(req *api.ExecRequest) error {
+	if req.TimeoutS < 0 || req.TimeoutS > m.lim.MaxExecTimeoutS {
+		return errdefs.New(errdefs.Invalid, "out_of_range", "timeout_s must be between 0 and %g", m.lim.MaxExecTimeoutS)
+	}
+	if req.TimeoutS == 0 {
+		req.TimeoutS = m.lim.DefaultExecTimeoutS
+	}
+	if req.MaxOutputBytes < 0 || req.MaxOutputBytes > m.lim.MaxOutputBytes {
+		return errdefs.New(errdefs.Invalid, "out_of_range", "max_output_bytes must be between 0 and %d", m.lim.MaxOutputBytes)
+	}
+	if req.MaxOutputBytes == 0 {
+		req.MaxOutputBytes = m.lim.DefaultOutputBytes
+	}
+	if len(req.Env) > maxEnv {
+		return errdefs.New(errdefs.Invalid, "too_many_env", "at most %d environment variables", maxEnv)
+	}
+	for k := range req.Env {
+		if !envKey.MatchString(k) {
+			return errdefs.New(errdefs.Invalid, "invalid_env", "environment variable %q is not valid", k)
+		}
+	}
+	return nil
+}
+
+// Exec runs a command in a running sandbox. With out, output streams to
+// it and the result carries none.
+func (m *Manager) Exec(ctx context.Context, owner, id string, req api.ExecRequest, out *noderpc.Output) (res api.ExecResult, err error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return res, err
+	}
+	if err := m.execDefaults(&req); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	defer func() { m.obs.Executed(rec.Tier, time.Since(start), err) }()
+	return m.nodes.Exec(ctx, rec.Node, id, req, out)
+}
+
+// Process operations route to the sandbox's node; the tier decides
+// whether it has processes at all.
+
+func (m *Manager) StartProcess(ctx context.Context, owner, id string, req api.ExecRequest) (api.Process, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return api.Process{}, err
+	}
+	if err := m.execDefaults(&req); err != nil {
+		return api.Process{}, err
+	}
+	return m.nodes.StartProcess(ctx, rec.Node, id, req)
+}
+
+func (m *Manager) ListProcesses(ctx context.Context, owner, id string) ([]api.Process, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	return m.nodes.ListProcesses(ctx, rec.Node, id)
+}
+
+func (m *Manager) GetProcess(ctx context.Context, owner, id string, pid int) (api.Process, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return api.Process{}, err
+	}
+	return m.nodes.GetProcess(ctx, rec.Node, id, pid)
+}
+
+func (m *Manager) WaitProcess(ctx context.Context, owner, id string, pid int, waitS float64) (api.ExecResult, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	if waitS <= 0 || waitS > m.lim.MaxExecTimeoutS {
+		waitS = m.lim.DefaultExecTimeoutS
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(waitS*float64(time.Second))+noderpc.DefaultTimeout)
+	defer cancel()
+	return m.nodes.WaitProcess(ctx, rec.Node, id, pid, waitS)
+}
+
+func (m *Manager) SendStdin(ctx context.Context, owner, id string, pid int, data []byte) error {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return err
+	}
+	return m.nodes.SendStdin(ctx, rec.Node, id, pid, data)
+}
+
+func (m *Manager) CloseStdin(ctx context.Context, owner, id string, pid int) error {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return err
+	}
+	return m.nodes.CloseStdin(ctx, rec.Node, id, pid)
+}
+
+func (m *Manager) Signal(ctx context.Context, owner, id string, pid int, sig string) error {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return err
+	}
+	return m.nodes.Signal(ctx, rec.Node, id, pid, sig)
+}

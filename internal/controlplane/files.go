@@ -1,0 +1,69 @@
+package controlplane
+
+import (
+	"context"
+	"io"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/noderpc"
+)
+
+// File operations route to the sandbox's node, which confines paths to
+// the tier's file root.
+
+func (m *Manager) OpenFile(ctx context.Context, owner, id, path string) (io.ReadCloser, api.FileInfo, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return nil, api.FileInfo{}, err
+	}
+	return m.nodes.OpenFile(ctx, rec.Node, id, path)
+}
+
+// WriteFile streams r to path; the write is atomic on the node.
+func (m *Manager) WriteFile(ctx context.Context, owner, id, path string, r io.Reader, mode uint32, parents bool) (api.FileInfo, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	return m.nodes.WriteFile(ctx, rec.Node, id, path, r, noderpc.FileRequest{Mode: mode, Parents: parents, MaxBytes: m.lim.MaxFileBytes})
+}
+
+func (m *Manager) ListFiles(ctx context.Context, owner, id, path string, depth int) ([]api.FileInfo, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	return m.nodes.ListFiles(ctx, rec.Node, id, path, depth)
+}
+
+func (m *Manager) StatFile(ctx context.Context, owner, id, path string) (api.FileInfo, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	return m.nodes.Stat(ctx, rec.Node, id, path)
+}
+
+func (m *Manager) Mkdir(ctx context.Context, owner, id, path string, parents bool) (api.FileInfo, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	return m.nodes.Mkdir(ctx, rec.Node, id, path, parents)
+}
+
+func (m *Manager) RemoveFile(ctx context.Context, owner, id, path string, recursive bool) error {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return err
+	}
+	return m.nodes.Remove(ctx, rec.Node, id, path, recursive)
+}
+
+func (m *Manager) Rename(ctx context.Context, owner, id, from, to string) (api.FileInfo, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	return m.nodes.Rename(ctx, rec.Node, id, from, to)
+}

@@ -1,0 +1,128 @@
+package controlplane
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/scheduler"
+)
+
+// nodeView is the control plane's picture of the nodes, refreshed from
+// their heartbeats, plus placements not yet reflected in them.
+type nodeView struct {
+	mu      sync.Mutex // guards following fields
+	nodes   []api.Node
+	seen    map[string]time.Time // node → last time it was listed
+	pending map[string]int       // node → creates placed and not yet done
+}
+
+func newNodeView() *nodeView {
+	return &nodeView{seen: map[string]time.Time{}, pending: map[string]int{}}
+}
+
+func (v *nodeView) list() []api.Node {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.nodes)
+}
+
+// pick places a sandbox and counts it as pending on the chosen node until
+// done is called.
+func (v *nodeView) pick(req scheduler.Request, stale time.Duration) (node string, done func(), err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	node, err = scheduler.Pick(v.nodes, req, time.Now(), stale, v.pending)
+	if err != nil {
+		return "", nil, err
+	}
+	v.pending[node]++
+	return node, func() {
+		v.mu.Lock()
+		v.pending[node]--
+		v.mu.Unlock()
+	}, nil
+}
+
+// refreshNodes reloads the node list. It returns the nodes that appeared
+// since the last refresh (new, or back after missing heartbeats), which
+// must be reconciled.
+func (m *Manager) refreshNodes(ctx context.Context) []string {
+	nodes, err := m.st.ListNodes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("listing nodes", "err", err)
+		}
+		return nil
+	}
+	slices.SortFunc(nodes, func(a, b api.Node) int { return strings.Compare(a.ID, b.ID) })
+	now := time.Now()
+	v := m.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var appeared []string
+	for _, n := range nodes {
+		fresh := now.Sub(n.LastSeen) <= m.opt.NodeStale
+		last, known := v.seen[n.ID]
+		if fresh && (!known || now.Sub(last) > m.opt.NodeStale) {
+			appeared = append(appeared, n.ID)
+		}
+		if fresh {
+			v.seen[n.ID] = now
+		}
+	}
+	v.nodes = nodes
+	return appeared
+}
+
+// lostNodes returns nodes not seen for NodeLost, forgetting them.
+func (m *Manager) lostNodes(now time.Time) []string {
+	v := m.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var lost []string
+	for id, last := range v.seen {
+		if now.Sub(last) > m.opt.NodeLost {
+			lost = append(lost, id)
+			delete(v.seen, id)
+		}
+	}
+	return lost
+}
+
+// nodeLoop refreshes the node view every second, reconciles nodes that
+// appear, and fails the sandboxes of nodes that are gone for good.
+func (m *Manager) nodeLoop(ctx context.Context) {
+	defer m.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	reconcileAll := true
+	for {
+		appeared := m.refreshNodes(ctx)
+		if reconcileAll {
+			// After a control-plane restart every node needs a look, not
+			// only those that are new to this process.
+			appeared = nil
+			for _, n := range m.view.list() {
+				if time.Since(n.LastSeen) <= m.opt.NodeStale {
+					appeared = append(appeared, n.ID)
+				}
+			}
+			reconcileAll = false
+		}
+		for _, id := range appeared {
+			m.reconcile(ctx, id)
+		}
+		for _, id := range m.lostNodes(time.Now()) {
+			m.failNode(ctx, id)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,255 @@
+// Package node is the node agent: it owns the tier runtimes of one host,
+// the sandboxes they run, and serves the noderpc protocol over NATS for
+// the control plane. It also heartbeats the node's tiers, capacity and
+// usage so that the scheduler can place sandboxes.
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/noderpc"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+)
+
+// Options configure an agent. Zero values are valid except ID and Registry.
+type Options struct {
+	ID       string
+	Registry *sandbox.Registry
+	Logger   *slog.Logger
+	Version  string
+	// MaxSandboxes caps live sandboxes on this node. Default 10000.
+	MaxSandboxes int
+	// Heartbeat is the heartbeat interval. Default 2 s.
+	Heartbeat time.Duration
+	// MaxConcurrent caps requests handled at once. Default 4096.
+	MaxConcurrent int
+}
+
+// heartbeatSink is where heartbeats go (the store's node bucket).
+type heartbeatSink interface {
+	PutNode(ctx context.Context, n api.Node) error
+	DeleteNode(ctx context.Context, id string) error
+}
+
+// Agent runs the sandboxes of one node. It is safe for concurrent use.
+type Agent struct {
+	opt Options
+	log *slog.Logger
+
+	mu        sync.Mutex // guards following fields
+	sandboxes map[string]*entry
+	calls     map[string]context.CancelFunc
+	reads     map[string]*readSession
+	writes    map[string]*writeSession
+
+	sem    chan struct{}
+	wg     sync.WaitGroup // request handlers and background loops
+	cancel context.CancelFunc
+	sub    *nats.Subscription
+}
+
+// entry is a sandbox slot. sb is nil while the sandbox is being created.
+type entry struct {
+	tier string
+	sb   sandbox.Sandbox
+}
+
+// New returns an agent; Start brings it up.
+func New(opt Options) (*Agent, error) {
+	if !noderpc.ValidNodeID(opt.ID) {
+		return nil, fmt.Errorf("node ID %q: use 1–64 letters, digits, '-' or '_'", opt.ID)
+	}
+	if opt.Registry == nil {
+		return nil, fmt.Errorf("node %s: no runtimes", opt.ID)
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.MaxSandboxes == 0 {
+		opt.MaxSandboxes = 10000
+	}
+	if opt.Heartbeat == 0 {
+		opt.Heartbeat = 2 * time.Second
+	}
+	if opt.MaxConcurrent == 0 {
+		opt.MaxConcurrent = 4096
+	}
+	return &Agent{
+		opt:       opt,
+		log:       opt.Logger.With("node", opt.ID),
+		sandboxes: map[string]*entry{},
+		calls:     map[string]context.CancelFunc{},
+		reads:     map[string]*readSession{},
+		writes:    map[string]*writeSession{},
+		sem:       make(chan struct{}, opt.MaxConcurrent),
+	}, nil
+}
+
+// ID is the node's ID.
+func (a *Agent) ID() string { return a.opt.ID }
+
+// Start re-adopts the sandboxes the runtimes recover, then serves requests
+// on nc and heartbeats to hb until Stop.
+func (a *Agent) Start(ctx context.Context, nc *nats.Conn, hb heartbeatSink) error {
+	for _, rt := range a.opt.Registry.All() {
+		sbs, err := rt.Recover(ctx)
+		if err != nil {
+			return fmt.Errorf("recovering %s sandboxes: %w", rt.Tier(), err)
+		}
+		a.mu.Lock()
+		for _, sb := range sbs {
+			a.sandboxes[sb.ID()] = &entry{tier: rt.Tier(), sb: sb}
+		}
+		a.mu.Unlock()
+		if len(sbs) > 0 {
+			a.log.Info("re-adopted sandboxes", "tier", rt.Tier(), "count", len(sbs))
+		}
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancel = cancel
+	sub, err := nc.Subscribe(noderpc.SubjectAll(a.opt.ID), func(m *nats.Msg) { a.dispatch(bg, m) })
+	if err != nil {
+		cancel()
+		return fmt.Errorf("subscribing node %s: %w", a.opt.ID, err)
+	}
+	// Requests come in bursts of small messages; don't drop them.
+	_ = sub.SetPendingLimits(-1, -1)
+	a.sub = sub
+	if err := nc.Flush(); err != nil {
+		cancel()
+		return fmt.Errorf("subscribing node %s: %w", a.opt.ID, err)
+	}
+	a.heartbeat(ctx, hb)
+	a.wg.Add(2)
+	go a.heartbeatLoop(bg, hb)
+	go a.janitor(bg)
+	return nil
+}
+
+// Stop stops serving and heartbeating. Sandboxes keep running; call
+// DestroyAll first to remove them.
+func (a *Agent) Stop(ctx context.Context, hb heartbeatSink) {
+	if a.sub != nil {
+		_ = a.sub.Unsubscribe()
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.wg.Wait()
+	a.mu.Lock()
+	for _, r := range a.reads {
+		r.f.Close()
+	}
+	for _, w := range a.writes {
+		w.abort()
+	}
+	clear(a.reads)
+	clear(a.writes)
+	a.mu.Unlock()
+	if hb != nil {
+		if err := hb.DeleteNode(ctx, a.opt.ID); err != nil {
+			a.log.Warn("removing node record", "err", err)
+		}
+	}
+}
+
+// Create creates a sandbox.
+func (a *Agent) Create(ctx context.Context, req noderpc.CreateRequest) error {
+	rt, err := a.opt.Registry.Lookup(req.Tier)
+	if err != nil {
+		return err
+	}
+	img, err := resolveImage(req.Image)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	if _, dup := a.sandboxes[req.ID]; dup {
+		a.mu.Unlock()
+		return errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s already exists on node %s", req.ID, a.opt.ID)
+	}
+	if len(a.sandboxes) >= a.opt.MaxSandboxes {
+		a.mu.Unlock()
+		return errdefs.New(errdefs.Unavailable, "node_full", "node %s runs its maximum of %d sandboxes", a.opt.ID, a.opt.MaxSandboxes)
+	}
+	e := &entry{tier: req.Tier}
+	a.sandboxes[req.ID] = e
+	a.mu.Unlock()
+
+	sb, err := rt.Create(ctx, sandbox.Spec{
+		ID: req.ID, Tier: req.Tier, Image: img, CPU: req.CPU,
+		MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Env: req.Env,
+	})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil {
+		delete(a.sandboxes, req.ID)
+		return err
+	}
+	if a.sandboxes[req.ID] != e {
+		// Destroyed while being created: honour the destroy.
+		go func() {
+			if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
+				a.log.Warn("destroying a sandbox deleted during create", "sandbox", req.ID, "err", err)
+			}
+		}()
+		return errdefs.New(errdefs.Conflict, "sandbox_deleted", "sandbox %s was deleted while being created", req.ID)
+	}
+	e.sb = sb
+	return nil
+}
+
+// Destroy destroys a sandbox. Destroying an unknown sandbox succeeds: the
+// control plane retries destroys and must be able to.
+func (a *Agent) Destroy(ctx context.Context, id string) error {
+	a.mu.Lock()
+	e, ok := a.sandboxes[id]
+	delete(a.sandboxes, id)
+	a.mu.Unlock()
+	if !ok || e.sb == nil {
+		return nil
+	}
+	return e.sb.Destroy(ctx)
+}
+
+// DestroyAll destroys every sandbox of the node (shutdown without
+// --keep-sandboxes).
+func (a *Agent) DestroyAll(ctx context.Context) {
+	for _, s := range a.List() {
+		if err := a.Destroy(ctx, s.ID); err != nil {
+			a.log.Warn("destroying sandbox at shutdown", "sandbox", s.ID, "err", err)
+		}
+	}
+}
+
+// List returns the sandboxes the node runs.
+func (a *Agent) List() []noderpc.SandboxStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]noderpc.SandboxStatus, 0, len(a.sandboxes))
+	for id, e := range a.sandboxes {
+		if e.sb != nil {
+			out = append(out, noderpc.SandboxStatus{ID: id, Tier: e.tier})
+		}
+	}
+	return out
+}
+
+// lookup returns a live sandbox.
+func (a *Agent) lookup(id string) (sandbox.Sandbox, string, error) {
+	a.mu.Lock()
+	e, ok := a.sandboxes[id]
+	a.mu.Unlock()
+	if !ok || e.sb == nil {
+		return nil, "", sandbox.ErrGone(id)
+	}
+	return e.sb, e.tier, nil
+}

@@ -1,0 +1,100 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/noderpc"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+)
+
+func (a *Agent) runner(id string) (sandbox.ProcessRunner, error) {
+	sb, tier, err := a.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	pr, ok := sb.(sandbox.ProcessRunner)
+	if !ok {
+		return nil, sandbox.Unsupported(tier, "background processes")
+	}
+	return pr, nil
+}
+
+func (a *Agent) process(id string, pid int) (sandbox.Process, error) {
+	pr, err := a.runner(id)
+	if err != nil {
+		return nil, err
+	}
+	return pr.Process(pid)
+}
+
+func (a *Agent) procStart(ctx context.Context, r noderpc.ExecRequest) (api.Process, error) {
+	pr, err := a.runner(r.ID)
+	if err != nil {
+		return api.Process{}, err
+	}
+	p, err := pr.StartProcess(ctx, sandbox.ExecRequest{ExecRequest: r.Req})
+	if err != nil {
+		return api.Process{}, err
+	}
+	return p.Info(), nil
+}
+
+func (a *Agent) procList(ctx context.Context, r noderpc.ProcRequest) (api.ProcessList, error) {
+	pr, err := a.runner(r.ID)
+	if err != nil {
+		return api.ProcessList{}, err
+	}
+	return api.ProcessList{Processes: pr.Processes()}, nil
+}
+
+func (a *Agent) procGet(ctx context.Context, r noderpc.ProcRequest) (api.Process, error) {
+	p, err := a.process(r.ID, r.Pid)
+	if err != nil {
+		return api.Process{}, err
+	}
+	return p.Info(), nil
+}
+
+func (a *Agent) procWait(ctx context.Context, r noderpc.ProcRequest) (api.ExecResult, error) {
+	p, err := a.process(r.ID, r.Pid)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	wait := time.Duration(r.WaitS * float64(time.Second))
+	if wait <= 0 {
+		wait = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return p.Wait(ctx)
+}
+
+func (a *Agent) procStdin(ctx context.Context, r noderpc.ProcRequest) error {
+	p, err := a.process(r.ID, r.Pid)
+	if err != nil {
+		return err
+	}
+	return p.WriteStdin(ctx, r.Data)
+}
+
+func (a *Agent) procCloseStdin(ctx context.Context, r noderpc.ProcRequest) error {
+	p, err := a.process(r.ID, r.Pid)
+	if err != nil {
+		return err
+	}
+	return p.CloseStdin()
+}
+
+func (a *Agent) procSignal(ctx context.Context, r noderpc.ProcRequest) error {
+	p, err := a.process(r.ID, r.Pid)
+	if err != nil {
+		return err
+	}
+	sig := r.Signal
+	if sig == "" {
+		sig = "KILL"
+	}
+	return p.Signal(sig)
+}

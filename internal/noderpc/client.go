@@ -1,0 +1,176 @@
+package noderpc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// HdrReq carries a request's JSON when the body holds raw data.
+const HdrReq = "Dsec-Req"
+
+// DefaultTimeout bounds calls whose context has no deadline.
+const DefaultTimeout = 30 * time.Second
+
+// Client calls node agents. It is safe for concurrent use.
+type Client struct {
+	nc    *nats.Conn
+	calls atomic.Uint64
+	// prefix makes call IDs unique across control-plane processes.
+	prefix string
+}
+
+// NewClient returns a client on nc.
+func NewClient(nc *nats.Conn) *Client {
+	return &Client{nc: nc, prefix: nats.NewInbox()[len("_INBOX."):]}
+}
+
+func (c *Client) request(ctx context.Context, node, op string, req any, resp any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encoding %s request: %w", op, err)
+	}
+	msg, err := c.roundTrip(ctx, node, &nats.Msg{Subject: Subject(node, op), Data: body})
+	if err != nil {
+		return err
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := json.Unmarshal(msg.Data, resp); err != nil {
+		return fmt.Errorf("decoding %s reply from node %s: %w", op, node, err)
+	}
+	return nil
+}
+
+func (c *Client) roundTrip(ctx context.Context, node string, m *nats.Msg) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	reply, err := c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, mapNATSError(node, err)
+	}
+	if err := DecodeError(reply); err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+// Create creates a sandbox on node.
+func (c *Client) Create(ctx context.Context, node string, req CreateRequest) error {
+	return c.request(ctx, node, OpCreate, req, nil)
+}
+
+// Destroy destroys a sandbox on node; destroying an unknown one succeeds.
+func (c *Client) Destroy(ctx context.Context, node, id string) error {
+	return c.request(ctx, node, OpDestroy, Target{ID: id}, nil)
+}
+
+// List lists the sandboxes node runs.
+func (c *Client) List(ctx context.Context, node string) ([]SandboxStatus, error) {
+	var resp ListResponse
+	err := c.request(ctx, node, OpList, struct{}{}, &resp)
+	return resp.Sandboxes, err
+}
+
+// Output receives streamed exec output. Either may be nil.
+type Output struct {
+	Stdout, Stderr func([]byte)
+}
+
+// Exec runs a command in sandbox id on node and returns its result. If out
+// is given, output is streamed to it as produced and the result's Stdout
+// and Stderr are empty. Cancelling ctx cancels the command on the node.
+func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest, out *Output) (api.ExecResult, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		// A node that dies mid-call never answers; bound the wait.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutS*float64(time.Second))+DefaultTimeout)
+		defer cancel()
+	}
+	call := c.prefix + "." + strconv.FormatUint(c.calls.Add(1), 36)
+	body, err := json.Marshal(ExecRequest{ID: id, Call: call, Req: req, Stream: out != nil})
+	if err != nil {
+		return api.ExecResult{}, fmt.Errorf("encoding exec request: %w", err)
+	}
+	inbox := c.nc.NewRespInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return api.ExecResult{}, mapNATSError(node, err)
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: Subject(node, OpExec), Reply: inbox, Data: body}); err != nil {
+		return api.ExecResult{}, mapNATSError(node, err)
+	}
+	var (
+		stdout, stderr []byte
+		seq            int
+	)
+	for {
+		msg, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				c.cancel(node, call)
+				return api.ExecResult{}, ctx.Err()
+			}
+			return api.ExecResult{}, mapNATSError(node, err)
+		}
+		if err := DecodeError(msg); err != nil {
+			return api.ExecResult{}, err
+		}
+		seq++
+		if got := msg.Header.Get(HdrSeq); got != strconv.Itoa(seq) {
+			c.cancel(node, call)
+			return api.ExecResult{}, errdefs.New(errdefs.Unavailable, "stream_broken", "output from node %s arrived out of order (message %q, expected %d)", node, got, seq)
+		}
+		switch msg.Header.Get(HdrKind) {
+		case api.EventStdout:
+			if out != nil && out.Stdout != nil {
+				out.Stdout(msg.Data)
+			} else if out == nil {
+				stdout = append(stdout, msg.Data...)
+			}
+		case api.EventStderr:
+			if out != nil && out.Stderr != nil {
+				out.Stderr(msg.Data)
+			} else if out == nil {
+				stderr = append(stderr, msg.Data...)
+			}
+		case api.EventExit:
+			var res api.ExecResult
+			if err := json.Unmarshal(msg.Data, &res); err != nil {
+				return res, fmt.Errorf("decoding exec result from node %s: %w", node, err)
+			}
+			if len(stdout) > 0 {
+				res.Stdout = string(stdout) + res.Stdout
+			}
+			if len(stderr) > 0 {
+				res.Stderr = string(stderr) + res.Stderr
+			}
+			return res, nil
+		default:
+			return api.ExecResult{}, errdefs.New(errdefs.Internal, "bad_reply", "unexpected message kind %q from node %s", msg.Header.Get(HdrKind), node)
+		}
+	}
+}
+
+// cancel tells the node to stop a call; best effort, since the caller has
+// already given up on it.
+func (c *Client) cancel(node, call string) {
+	b, _ := json.Marshal(CancelRequest{Call: call})
+	_ = c.nc.Publish(Subject(node, OpCancel), b)
+}

@@ -1,0 +1,56 @@
+// Package scheduler places sandboxes on nodes. Today it spreads load over
+// the nodes that run the requested tier; measured-usage packing,
+// overcommit and cloud bursting grow here.
+package scheduler
+
+import (
+	"slices"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// Request is what a placement needs to know.
+type Request struct {
+	Tier     string
+	CPU      float64
+	MemoryMB int
+}
+
+// Pick chooses a node for req among nodes, preferring the one with the
+// most free sandbox slots; ties go to the lowest load. Nodes not seen
+// within stale are skipped. Pending counts placements made but not yet
+// visible in the nodes' heartbeats.
+func Pick(nodes []api.Node, req Request, now time.Time, stale time.Duration, pending map[string]int) (string, error) {
+	best, bestFree := "", -1
+	var bestLoad float64
+	tierSeen := false
+	for _, n := range nodes {
+		if !n.Ready || now.Sub(n.LastSeen) > stale {
+			continue
+		}
+		if !slices.ContainsFunc(n.Tiers, func(t api.TierInfo) bool { return t.Name == req.Tier && t.Available }) {
+			continue
+		}
+		tierSeen = true
+		free := n.Capacity.MaxSandboxes - n.Usage.Sandboxes - pending[n.ID]
+		if free <= 0 {
+			continue
+		}
+		if free > bestFree || (free == bestFree && n.Usage.Load1 < bestLoad) {
+			best, bestFree, bestLoad = n.ID, free, n.Usage.Load1
+		}
+	}
+	switch {
+	case best != "":
+		return best, nil
+	case tierSeen:
+		return "", &errdefs.Error{Class: errdefs.Unavailable, Code: "capacity_exhausted",
+			Msg: "every node that runs the " + req.Tier + " tier is full", RetryAfter: time.Second}
+	case len(nodes) == 0:
+		return "", &errdefs.Error{Class: errdefs.Unavailable, Code: "no_nodes",
+			Msg: "no node is connected", RetryAfter: time.Second}
+	}
+	return "", errdefs.New(errdefs.Unsupported, "tier_unavailable", "no connected node runs the %s tier", req.Tier)
+}

@@ -1,0 +1,141 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dsec-dev/dsec/api"
+)
+
+// SandboxRecord is the durable record of a sandbox.
+type SandboxRecord struct {
+	api.Sandbox
+	// Owner identifies the token that created the sandbox.
+	Owner string `json:"owner"`
+	// Env is kept so a node can recreate what it lost; never returned by
+	// the API.
+	Env map[string]string `json:"env,omitempty"`
+	// ImageSource tells the node how to materialise the image.
+	ImageSource string `json:"image_source,omitempty"`
+	// StateSince is when the sandbox entered its state.
+	StateSince time.Time `json:"state_since"`
+}
+
+// GetSandbox returns the record and its revision; NotFound if absent.
+func (s *Store) GetSandbox(ctx context.Context, id string) (SandboxRecord, uint64, error) {
+	return get[SandboxRecord](ctx, s.sandboxes, id, "sandbox")
+}
+
+// CreateSandbox stores a new record; Conflict if the ID is taken.
+func (s *Store) CreateSandbox(ctx context.Context, r SandboxRecord) (uint64, error) {
+	return create(ctx, s.sandboxes, r.ID, "sandbox", r)
+}
+
+// UpdateSandbox replaces the record if it is still at revision rev.
+func (s *Store) UpdateSandbox(ctx context.Context, r SandboxRecord, rev uint64) (uint64, error) {
+	return update(ctx, s.sandboxes, r.ID, "sandbox", r, rev)
+}
+
+// PurgeSandbox removes a record for good.
+func (s *Store) PurgeSandbox(ctx context.Context, id string) error {
+	if err := s.sandboxes.Purge(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("purging sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// SandboxChange is one update seen by WatchSandboxes. Deleted is set when
+// the record was purged (Record then only has its ID).
+type SandboxChange struct {
+	Record   SandboxRecord
+	Revision uint64
+	Deleted  bool
+}
+
+// WatchSandboxes delivers every current record, then nil (the end of the
+// initial values), then every later change, until ctx ends. fn runs on one
+// goroutine, in order.
+func (s *Store) WatchSandboxes(ctx context.Context, log *slog.Logger, fn func(*SandboxChange)) error {
+	w, err := s.sandboxes.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watching sandboxes: %w", err)
+	}
+	go func() {
+		defer w.Stop()
+		initial := true
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					initial = false
+					fn(nil)
+					continue
+				}
+				ch := &SandboxChange{Revision: e.Revision()}
+				if e.Operation() != jetstream.KeyValuePut {
+					if initial {
+						continue // purged before we looked: nothing to forget
+					}
+					ch.Deleted = true
+					ch.Record.ID = e.Key()
+				} else if err := json.Unmarshal(e.Value(), &ch.Record); err != nil {
+					log.Warn("skipping undecodable sandbox record", "key", e.Key(), "err", err)
+					continue
+				}
+				fn(ch)
+			}
+		}
+	}()
+	return nil
+}
+
+// Event is a lifecycle event.
+type Event struct {
+	Sandbox string    `json:"sandbox"`
+	Tier    string    `json:"tier"`
+	Node    string    `json:"node,omitempty"`
+	From    api.State `json:"from,omitempty"`
+	State   api.State `json:"state"`
+	Reason  string    `json:"reason,omitempty"`
+	Time    time.Time `json:"time"`
+}
+
+// Subject is where the event is published.
+func (e Event) Subject() string {
+	return EventSubjectPrefix + "sandbox." + e.Sandbox + "." + string(e.State)
+}
+
+// PublishEvent appends a lifecycle event to the events stream without
+// waiting for the acknowledgement: events are a record of what happened,
+// and the sandbox record, written synchronously, is the source of truth.
+func (s *Store) PublishEvent(ctx context.Context, e Event) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encoding event: %w", err)
+	}
+	if _, err := s.js.PublishAsync(e.Subject(), b); err != nil {
+		return fmt.Errorf("publishing event: %w", err)
+	}
+	return nil
+}
+
+// FlushEvents waits until published events are acknowledged or ctx ends.
+func (s *Store) FlushEvents(ctx context.Context) error {
+	select {
+	case <-s.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,184 @@
+// Package store keeps DSec's durable control-plane state in NATS JetStream:
+// key/value buckets for sandboxes, nodes and images, and a stream of
+// lifecycle events. Records are JSON. Updates are compare-and-set on the
+// key's revision, so concurrent writers cannot lose each other's changes.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// Bucket and stream names.
+const (
+	BucketSandboxes = "dsec_sandboxes"
+	BucketNodes     = "dsec_nodes"
+	BucketImages    = "dsec_images"
+	StreamEvents    = "DSEC_EVENTS"
+	// EventSubjectPrefix prefixes lifecycle event subjects:
+	// dsec.events.sandbox.<id>.<state>.
+	EventSubjectPrefix = "dsec.events."
+)
+
+// Options tune the store. Zero values are valid.
+type Options struct {
+	// Replicas for buckets and streams (1 for one host).
+	Replicas int
+	// NodeTTL ages out node records that stop heartbeating. Default 60s.
+	NodeTTL time.Duration
+	// EventMaxAge bounds how long lifecycle events are kept. Default 7 days.
+	EventMaxAge time.Duration
+}
+
+// Store is the JetStream-backed state. It is safe for concurrent use.
+type Store struct {
+	js        jetstream.JetStream
+	sandboxes jetstream.KeyValue
+	nodes     jetstream.KeyValue
+	images    jetstream.KeyValue
+}
+
+// Open creates the buckets and stream if needed and returns the store.
+func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
+	if opt.Replicas == 0 {
+		opt.Replicas = 1
+	}
+	if opt.NodeTTL == 0 {
+		opt.NodeTTL = time.Minute
+	}
+	if opt.EventMaxAge == 0 {
+		opt.EventMaxAge = 7 * 24 * time.Hour
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	s := &Store{js: js}
+	buckets := []struct {
+		kv  *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&s.sandboxes, jetstream.KeyValueConfig{Bucket: BucketSandboxes, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+			Description: "sandbox records"}},
+		{&s.nodes, jetstream.KeyValueConfig{Bucket: BucketNodes, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+			TTL: opt.NodeTTL, Description: "node heartbeats"}},
+		{&s.images, jetstream.KeyValueConfig{Bucket: BucketImages, History: 5, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+			Description: "image records"}},
+	}
+	for _, b := range buckets {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("opening bucket %s: %w", b.cfg.Bucket, err)
+		}
+		*b.kv = kv
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamEvents,
+		Description: "sandbox lifecycle events",
+		Subjects:    []string{EventSubjectPrefix + ">"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    opt.Replicas,
+		MaxAge:      opt.EventMaxAge,
+		MaxMsgs:     10_000_000,
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening stream %s: %w", StreamEvents, err)
+	}
+	return s, nil
+}
+
+// JetStream returns the JetStream context, for tests and tools.
+func (s *Store) JetStream() jetstream.JetStream { return s.js }
+
+func get[T any](ctx context.Context, kv jetstream.KeyValue, key, what string) (T, uint64, error) {
+	var v T
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return v, 0, errdefs.New(errdefs.NotFound, what+"_not_found", "%s %q not found", what, key)
+	}
+	if errors.Is(err, jetstream.ErrInvalidKey) {
+		return v, 0, errdefs.New(errdefs.NotFound, what+"_not_found", "%s %q not found", what, key)
+	}
+	if err != nil {
+		return v, 0, fmt.Errorf("reading %s %s: %w", what, key, err)
+	}
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return v, 0, fmt.Errorf("decoding %s %s: %w", what, key, err)
+	}
+	return v, e.Revision(), nil
+}
+
+// create stores v under key if the key is new; Conflict otherwise.
+func create(ctx context.Context, kv jetstream.KeyValue, key, what string, v any) (uint64, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s: %w", what, err)
+	}
+	rev, err := kv.Create(ctx, key, b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, errdefs.New(errdefs.Conflict, what+"_exists", "%s %q already exists", what, key)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("writing %s %s: %w", what, key, err)
+	}
+	return rev, nil
+}
+
+// update stores v under key if its revision is still rev; Conflict
+// otherwise (someone else wrote it first: re-read and retry).
+func update(ctx context.Context, kv jetstream.KeyValue, key, what string, v any, rev uint64) (uint64, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s: %w", what, err)
+	}
+	nrev, err := kv.Update(ctx, key, b, rev)
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return 0, errdefs.Wrap(errdefs.Conflict, "revision_mismatch", err, "%s %q changed concurrently", what, key)
+		}
+		return 0, fmt.Errorf("updating %s %s: %w", what, key, err)
+	}
+	return nrev, nil
+}
+
+func put(ctx context.Context, kv jetstream.KeyValue, key, what string, v any) (uint64, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s: %w", what, err)
+	}
+	rev, err := kv.Put(ctx, key, b)
+	if err != nil {
+		return 0, fmt.Errorf("writing %s %s: %w", what, key, err)
+	}
+	return rev, nil
+}
+
+func list[T any](ctx context.Context, kv jetstream.KeyValue, what string) ([]T, error) {
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing %ss: %w", what, err)
+	}
+	defer lister.Stop()
+	var out []T
+	for key := range lister.Keys() {
+		v, _, err := get[T](ctx, kv, key, what)
+		if errors.Is(err, errdefs.NotFound) {
+			continue // deleted between listing and reading
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

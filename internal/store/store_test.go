@@ -1,0 +1,150 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testenv"
+)
+
+func open(t *testing.T) *Store {
+	t.Helper()
+	nc, _ := testenv.NATS(t)
+	s, err := Open(context.Background(), nc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSandboxRecordCAS(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	rec := SandboxRecord{Sandbox: api.Sandbox{ID: "sb_1", Tier: "function", State: api.StatePending}, Owner: "o"}
+	rev, err := s.CreateSandbox(ctx, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSandbox(ctx, rec); !errors.Is(err, errdefs.Conflict) {
+		t.Errorf("second create: err = %v, want Conflict", err)
+	}
+	rec.State = api.StateRunning
+	rev2, err := s.UpdateSandbox(ctx, rec, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.State = api.StateStopping
+	if _, err := s.UpdateSandbox(ctx, rec, rev); !errors.Is(err, errdefs.Conflict) {
+		t.Errorf("stale update: err = %v, want Conflict", err)
+	}
+	got, gotRev, err := s.GetSandbox(ctx, "sb_1")
+	if err != nil || got.State != api.StateRunning || gotRev != rev2 || got.Owner != "o" {
+		t.Errorf("GetSandbox = %+v rev %d, %v", got, gotRev, err)
+	}
+	if _, _, err := s.GetSandbox(ctx, "nope"); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("missing: err = %v, want NotFound", err)
+	}
+	if _, _, err := s.GetSandbox(ctx, "bad key!"); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("invalid key: err = %v, want NotFound", err)
+	}
+}
+
+func TestWatchSandboxes(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "before", State: api.StateRunning}}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	initialDone := make(chan struct{})
+	err := s.WatchSandboxes(ctx, nil, func(c *SandboxChange) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c == nil {
+			close(initialDone)
+			return
+		}
+		tag := c.Record.ID + ":" + string(c.Record.State)
+		if c.Deleted {
+			tag = c.Record.ID + ":deleted"
+		}
+		seen = append(seen, tag)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-initialDone
+	rev, _ := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StatePending}})
+	s.UpdateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StateRunning}}, rev)
+	s.PurgeSandbox(ctx, "before")
+	want := []string{"before:running", "after:pending", "after:running", "before:deleted"}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(seen)
+		got := append([]string(nil), seen...)
+		mu.Unlock()
+		if n >= len(want) {
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("watch saw %q, want %q", got, want)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watch saw %q, want %q", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestImagesAndNodes(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	if err := s.PutImage(ctx, ImageRecord{ID: "i1", Name: "base/busybox:1.0", Source: "dir:/x"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetImage(ctx, "base/busybox:1.0")
+	if err != nil || got.ID != "i1" {
+		t.Errorf("GetImage = %+v, %v", got, err)
+	}
+	if _, err := s.GetImage(ctx, "missing:1"); !errors.Is(err, errdefs.NotFound) || errdefs.CodeOf(err) != "image_not_found" {
+		t.Errorf("missing image: err = %v", err)
+	}
+	if err := s.PutNode(ctx, api.Node{ID: "n1", Ready: true}); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := s.ListNodes(ctx)
+	if err != nil || len(nodes) != 1 || nodes[0].ID != "n1" {
+		t.Errorf("ListNodes = %+v, %v", nodes, err)
+	}
+}
+
+func TestEventsAreStored(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	for _, st := range []api.State{api.StatePending, api.StateRunning} {
+		if err := s.PublishEvent(ctx, Event{Sandbox: "sb_9", State: st, Time: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.FlushEvents(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.js.Stream(ctx, StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := info.Info(ctx)
+	if err != nil || si.State.Msgs != 2 {
+		t.Errorf("stream holds %d messages, want 2 (%v)", si.State.Msgs, err)
+	}
+}

@@ -1,0 +1,57 @@
+package testenv
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Mounts returns the mount points at or below dir.
+func Mounts(t testing.TB, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mounts")
+	if err != nil {
+		t.Fatalf("reading mounts: %v", err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 1 && (fields[1] == dir || strings.HasPrefix(fields[1], dir+"/")) {
+			out = append(out, fields[1])
+		}
+	}
+	return out
+}
+
+// NoMountsUnder fails the test if anything is mounted at or below dir.
+func NoMountsUnder(t testing.TB, dir string) {
+	t.Helper()
+	if m := Mounts(t, dir); len(m) > 0 {
+		t.Errorf("leftover mounts under %s: %q", dir, m)
+	}
+}
+
+// GoroutinesSettle waits up to 5 s for the goroutine count to drop back to
+// at most base, and fails the test with a dump if it does not.
+func GoroutinesSettle(t testing.TB, base int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= base {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Errorf("%d goroutines remain (started with %d):\n%s", n, base, buf)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
