@@ -1,0 +1,4 @@
+;; trap: executes unreachable, a WebAssembly trap.
+(module
+  (func (export "_start")
+    unreachable))
