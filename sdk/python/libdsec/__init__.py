@@ -1,0 +1,62 @@
+"""libdsec: the Python SDK of DSec, a sandbox fabric for AI agents.
+
+    from libdsec import Sandbox
+
+    with Sandbox.create(tier="function") as sb:
+        print(sb.commands.run(["echo", "hello"]).stdout)
+
+E2B-shaped: ``Sandbox`` / ``AsyncSandbox`` with ``commands`` and ``files``;
+``tier`` is the one parameter that switches the substrate.
+"""
+
+from ._http import AsyncClient, Client
+from ._models import CommandResult, EntryInfo, ProcessInfo, SandboxInfo
+from ._version import __version__
+from .commands import AsyncCommandHandle, AsyncCommands, CommandHandle, Commands
+from .errors import (
+    AuthenticationError,
+    CommandExitError,
+    ConflictError,
+    ConnectionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RateLimitError,
+    SandboxError,
+    ServerError,
+    TimeoutError,
+    UnsupportedError,
+)
+from .files import AsyncFiles, Files
+from .sandbox import Sandbox
+from .sandbox_async import AsyncSandbox
+
+__all__ = [
+    "__version__",
+    "Sandbox",
+    "AsyncSandbox",
+    "Client",
+    "AsyncClient",
+    "SandboxInfo",
+    "CommandResult",
+    "ProcessInfo",
+    "EntryInfo",
+    "Commands",
+    "AsyncCommands",
+    "CommandHandle",
+    "AsyncCommandHandle",
+    "Files",
+    "AsyncFiles",
+    "SandboxError",
+    "AuthenticationError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "ConflictError",
+    "PayloadTooLargeError",
+    "UnsupportedError",
+    "RateLimitError",
+    "CommandExitError",
+    "TimeoutError",
+    "ServerError",
+    "ConnectionError",
+]

@@ -1,0 +1,208 @@
+"""What one HTTP request is (Call, Body) and when to retry it.
+
+Nothing here does I/O on the network, so the sync and async clients share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterator, Protocol, Union
+
+import httpx
+
+from ._config import ClientOptions
+from .errors import RateLimitError, SandboxError, ServerError
+
+CHUNK_SIZE = 1 << 20
+
+
+
+class SupportsRead(Protocol):
+    """A file-like object: binary (read returns bytes) or text (str, sent as UTF-8)."""
+
+    def read(self, size: int, /) -> bytes | str: ...
+
+
+BodyData = Union[str, bytes, bytearray, memoryview, SupportsRead]
+
+
+class Body:
+    """A request body: bytes, or a file-like object streamed in chunks.
+
+    File-like objects are never read into memory whole. A seekable one can be
+    rewound and sent again (for a retry after 429); others cannot.
+    """
+
+    def __init__(self, data: BodyData) -> None:
+        self._bytes: bytes | None = None
+        self._file: Any = None
+        self._start: int | None = None
+        self._text = False
+        self.length: int | None = None
+        if isinstance(data, str):
+            self._bytes = data.encode("utf-8")
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            self._bytes = bytes(data)
+        elif hasattr(data, "read"):
+            self._file = data
+            self._text = isinstance(data, io.TextIOBase)
+            self._probe_file()
+        else:
+            raise TypeError(f"data must be str, bytes or a file-like object, not {type(data).__name__}")
+        if self._bytes is not None:
+            self.length = len(self._bytes)
+        self._sent = False
+
+    def _probe_file(self) -> None:
+        """Note where a seekable file starts, and its length in bytes if known."""
+        f = self._file
+        try:
+            if not f.seekable():
+                return
+            start: int = f.tell()
+        except (AttributeError, OSError, ValueError):
+            return
+        self._start = start
+        if self._text:
+            return  # the byte length of text is not known in advance
+        try:
+            self.length = os.fstat(f.fileno()).st_size - start
+            return
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            pass
+        try:
+            end: int = f.seek(0, io.SEEK_END)
+            f.seek(start)
+            self.length = end - start
+        except (OSError, ValueError):
+            self.length = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/octet-stream"}
+        if self.length is not None:
+            h["Content-Length"] = str(self.length)
+        return h
+
+    def rewind(self) -> bool:
+        """Prepare to be sent again; False if that is impossible."""
+        if self._bytes is not None or not self._sent:
+            return True
+        if self._start is None:
+            return False
+        try:
+            self._file.seek(self._start)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def _chunk(self, data: Any) -> bytes:
+        return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+    def sync_content(self) -> bytes | Iterator[bytes]:
+        self._sent = True
+        if self._bytes is not None:
+            return self._bytes
+        return self._iter_file()
+
+    def _iter_file(self) -> Iterator[bytes]:
+        while True:
+            data = self._file.read(CHUNK_SIZE)
+            if not data:
+                return
+            yield self._chunk(data)
+
+    def async_content(self) -> bytes | AsyncIterator[bytes]:
+        self._sent = True
+        if self._bytes is not None:
+            return self._bytes
+        return self._aiter_file()
+
+    async def _aiter_file(self) -> AsyncIterator[bytes]:
+        while True:
+            # A thread, so that a slow disk does not stall the event loop.
+            data = await asyncio.to_thread(self._file.read, CHUNK_SIZE)
+            if not data:
+                return
+            yield self._chunk(data)
+
+
+@dataclass
+class Call:
+    """One API request, independent of how it is sent."""
+
+    method: str
+    path: str
+    timeout: float
+    params: list[tuple[str, str]] = field(default_factory=list)
+    json: Any = None
+    body: Body | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def what(self) -> str:
+        return f"{self.method} {self.path}"
+
+    @property
+    def idempotent(self) -> bool:
+        return self.method in ("GET", "HEAD", "DELETE")
+
+    def can_resend(self) -> bool:
+        return self.body is None or self.body.rewind()
+
+
+def backoff(opts: ClientOptions, attempt: int) -> float:
+    """Exponential backoff with jitter for retry number attempt (0-based)."""
+    delay: float = min(opts.backoff_max, opts.backoff_base * (2**attempt))
+    return delay * random.uniform(0.5, 1.0)
+
+
+def error_retry_delay(opts: ClientOptions, call: Call, err: SandboxError, attempt: int) -> float | None:
+    """Seconds to wait before retrying call after the server answered err, or None.
+
+    429 is always retried (the server did not act on the request); so is 503
+    when the server says when to retry. Retry-After is honoured.
+    """
+    if attempt >= opts.max_retries:
+        return None
+    if isinstance(err, RateLimitError):
+        retry_after = err.retry_after
+    elif isinstance(err, ServerError) and err.status == 503 and err.retry_after is not None:
+        retry_after = err.retry_after
+    else:
+        return None
+    if retry_after is None:
+        return backoff(opts, attempt)
+    if retry_after > opts.retry_after_max:
+        return None
+    # A little jitter on top, so that many clients told the same do not
+    # all come back in the same instant.
+    return retry_after + random.uniform(0, 0.1 * retry_after + 0.05)
+
+
+# Failures that happen before the request leaves: safe to retry for any method.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def transport_retry_delay(
+    opts: ClientOptions, call: Call, exc: httpx.TransportError, attempt: int
+) -> float | None:
+    """Seconds to wait before retrying call after a transport failure, or None.
+
+    Connection failures are retried for idempotent requests (GET, DELETE),
+    and for any request if it never reached the server. A read timeout is not
+    retried: the server is slow, and waiting again would double the wait.
+    """
+    if attempt >= opts.max_retries:
+        return None
+    if isinstance(exc, _NOT_SENT):
+        return backoff(opts, attempt)
+    if isinstance(exc, httpx.TimeoutException):
+        return None
+    if call.idempotent:
+        return backoff(opts, attempt)
+    return None

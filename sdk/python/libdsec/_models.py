@@ -1,0 +1,174 @@
+"""Result and info types, and their parsing from the API's JSON."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+__all__ = ["SandboxInfo", "CommandResult", "ProcessInfo", "EntryInfo"]
+
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """Parse an RFC 3339 timestamp as Go writes it (nanoseconds, "Z")."""
+    if not isinstance(value, str) or not value:
+        return None
+    # fromisoformat takes at most microseconds.
+    value = _FRACTION.sub(r"\1", value)
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    # Go's zero time means "unset".
+    return None if t.year <= 1 else t
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}
+
+
+@dataclass
+class SandboxInfo:
+    """A sandbox, as the API describes it (the ``Sandbox`` schema).
+
+    ``labels`` are what E2B calls metadata; ``metadata`` is an alias.
+    """
+
+    id: str
+    tier: str
+    image: str
+    state: str
+    created_at: datetime | None
+    expires_at: datetime | None
+    image_id: str = ""
+    node: str = ""
+    cpu: float = 0.0
+    memory_mb: int = 0
+    disk_mb: int = 0
+    timeout_s: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    ended_at: datetime | None = None
+    reason: str = ""
+
+    @property
+    def sandbox_id(self) -> str:
+        return self.id
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self.labels
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> SandboxInfo:
+        return cls(
+            id=str(d.get("id", "")),
+            tier=str(d.get("tier", "")),
+            image=str(d.get("image", "")),
+            state=str(d.get("state", "")),
+            created_at=parse_time(d.get("created_at")),
+            expires_at=parse_time(d.get("expires_at")),
+            image_id=str(d.get("image_id") or ""),
+            node=str(d.get("node") or ""),
+            cpu=float(d.get("cpu") or 0),
+            memory_mb=int(d.get("memory_mb") or 0),
+            disk_mb=int(d.get("disk_mb") or 0),
+            timeout_s=int(d.get("timeout_s") or 0),
+            labels=_str_map(d.get("labels")),
+            ended_at=parse_time(d.get("ended_at")),
+            reason=str(d.get("reason") or ""),
+        )
+
+
+@dataclass
+class CommandResult:
+    """The outcome of a command (the ``ExecResult`` schema).
+
+    ``exit_code`` is -1 when the command had no exit status (it timed out,
+    was killed or trapped); ``error`` then says which.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    error: str = ""
+    duration_ms: float = 0.0
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    timed_out: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CommandResult:
+        return cls(
+            stdout=str(d.get("stdout") or ""),
+            stderr=str(d.get("stderr") or ""),
+            exit_code=int(d.get("exit_code", -1)),
+            error=str(d.get("error") or ""),
+            duration_ms=float(d.get("duration_ms") or 0),
+            stdout_truncated=bool(d.get("stdout_truncated")),
+            stderr_truncated=bool(d.get("stderr_truncated")),
+            timed_out=bool(d.get("timed_out")),
+        )
+
+
+@dataclass
+class ProcessInfo:
+    """A background process (the ``Process`` schema)."""
+
+    pid: int
+    cmd: list[str]
+    state: str
+    exit_code: int | None = None
+    started_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ProcessInfo:
+        code = d.get("exit_code")
+        return cls(
+            pid=int(d.get("pid", 0)),
+            cmd=[str(a) for a in d.get("cmd") or []],
+            state=str(d.get("state", "")),
+            exit_code=None if code is None else int(code),
+            started_at=parse_time(d.get("started_at")),
+        )
+
+
+@dataclass
+class EntryInfo:
+    """A file or directory in a sandbox (the ``FileInfo`` schema).
+
+    ``type`` is "file", "dir", "symlink" or "other"; ``path`` is absolute
+    within the sandbox; ``mode`` holds the permission bits.
+    """
+
+    name: str
+    path: str
+    type: str
+    size: int = 0
+    mode: int = 0
+    mtime: datetime | None = None
+    target: str = ""
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.type == "file"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> EntryInfo:
+        return cls(
+            name=str(d.get("name", "")),
+            path=str(d.get("path", "")),
+            type=str(d.get("type", "")),
+            size=int(d.get("size") or 0),
+            mode=int(d.get("mode") or 0),
+            mtime=parse_time(d.get("mtime")),
+            target=str(d.get("target") or ""),
+        )

@@ -1,0 +1,492 @@
+"""The API's operations, written once for the sync and the async client.
+
+Each operation is a generator: it yields the Calls it needs, receives each
+successful httpx.Response (or has the mapped SandboxError thrown in at the
+yield), and returns the parsed result. Client.run and AsyncClient.run drive
+them, so request building, response parsing and error handling cannot drift
+between Sandbox and AsyncSandbox.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Generator, Iterable, Mapping, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from ._calls import Body, BodyData, Call
+from ._config import SERVER_COMMAND_TIMEOUT
+from ._models import CommandResult, EntryInfo, ProcessInfo, SandboxInfo
+from .errors import (
+    CommandExitError,
+    ConflictError,
+    ConnectionError,
+    InvalidArgumentError,
+    NotFoundError,
+    SandboxError,
+    TimeoutError,
+    error_from_body,
+)
+
+T = TypeVar("T")
+Op = Generator[Call, httpx.Response, T]
+
+# A wait for a background process with no deadline is a series of waits of
+# this many seconds.
+WAIT_SLICE = 60.0
+_ENDED = ("stopping", "stopped", "failed")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def sandbox_path(sandbox_id: str, *rest: str) -> str:
+    if not isinstance(sandbox_id, str) or not sandbox_id:
+        raise InvalidArgumentError("sandbox_id must be a non-empty string")
+    return "/".join(["/v1/sandboxes", quote(sandbox_id, safe="")] + list(rest))
+
+
+def json_body(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        raise SandboxError(
+            f"the server sent a response that is not JSON: {resp.text[:200]!r}",
+            code="invalid_response",
+            status=resp.status_code,
+        ) from None
+
+
+def str_map(value: Mapping[str, Any] | None, what: str) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(f"{what} must be a mapping of strings to strings")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidArgumentError(f"{what} must map strings to strings; got {k!r}: {v!r}")
+        out[k] = v
+    return out
+
+
+def _positive(value: float | None, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InvalidArgumentError(f"{what} must be a positive number of seconds, not {value!r}")
+    return value
+
+
+def _text(data: str | bytes, what: str) -> str:
+    if isinstance(data, str):
+        return data
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(data).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgumentError(f"{what} must be UTF-8 text (the API carries it as a JSON string)") from None
+    raise InvalidArgumentError(f"{what} must be str or bytes, not {type(data).__name__}")
+
+
+def _bool(v: bool) -> str:
+    return "true" if v else "false"
+
+
+# -------------------------------------------------------------- sandboxes
+
+
+def create_body(
+    *,
+    tier: str | None,
+    image: str | None,
+    timeout: int | None,
+    cpu: float | None,
+    memory_mb: int | None,
+    disk_mb: int | None,
+    envs: Mapping[str, str] | None,
+    metadata: Mapping[str, str] | None,
+    labels: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """The CreateSandboxRequest for Sandbox.create's arguments."""
+    body: dict[str, Any] = {}
+    if tier:
+        body["tier"] = tier
+    if image:
+        body["image"] = image
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 1:
+            raise InvalidArgumentError(f"timeout must be at least 1 second, not {timeout!r}")
+        body["timeout_s"] = int(timeout)
+    if cpu is not None:
+        body["cpu"] = float(cpu)
+    if memory_mb is not None:
+        body["memory_mb"] = int(memory_mb)
+    if disk_mb is not None:
+        body["disk_mb"] = int(disk_mb)
+    env = str_map(envs, "envs")
+    if env:
+        body["env"] = env
+    merged = {**(str_map(labels, "labels") or {}), **(str_map(metadata, "metadata") or {})}
+    if merged:
+        body["labels"] = merged
+    return body
+
+
+def create_sandbox(body: dict[str, Any], timeout: float) -> Op[SandboxInfo]:
+    resp = yield Call("POST", "/v1/sandboxes", timeout, json=body)
+    return SandboxInfo.from_json(json_body(resp))
+
+
+def get_sandbox(sandbox_id: str, timeout: float) -> Op[SandboxInfo]:
+    resp = yield Call("GET", sandbox_path(sandbox_id), timeout)
+    return SandboxInfo.from_json(json_body(resp))
+
+
+def connect_sandbox(sandbox_id: str, timeout: float) -> Op[SandboxInfo]:
+    """Get a sandbox, refusing one that has ended (E2B's connect does too)."""
+    info = yield from get_sandbox(sandbox_id, timeout)
+    if info.state in _ENDED:
+        why = f" ({info.reason})" if info.reason else ""
+        raise NotFoundError(f"sandbox {sandbox_id} is {info.state}{why}", code="sandbox_not_running", status=None)
+    return info
+
+
+def is_running(sandbox_id: str, timeout: float) -> Op[bool]:
+    try:
+        info = yield from get_sandbox(sandbox_id, timeout)
+    except NotFoundError:
+        return False
+    return info.state == "running"
+
+
+def list_params(
+    *,
+    metadata: Mapping[str, str] | None,
+    state: str | None,
+    tier: str | None,
+    limit: int | None,
+    page_token: str | None,
+) -> list[tuple[str, str]]:
+    params: list[tuple[str, str]] = []
+    for k, v in sorted((str_map(metadata, "metadata") or {}).items()):
+        params.append(("label", f"{k}={v}"))
+    if state:
+        params.append(("state", state))
+    if tier:
+        params.append(("tier", tier))
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidArgumentError(f"limit must be an integer from 1 to 1000, not {limit!r}")
+        params.append(("limit", str(limit)))
+    if page_token:
+        params.append(("page_token", page_token))
+    return params
+
+
+def list_sandboxes_page(params: list[tuple[str, str]], timeout: float) -> Op[tuple[list[SandboxInfo], str | None]]:
+    resp = yield Call("GET", "/v1/sandboxes", timeout, params=params)
+    d = json_body(resp)
+    items = [SandboxInfo.from_json(s) for s in d.get("sandboxes") or []]
+    return items, d.get("next_page_token") or None
+
+
+def list_sandboxes(params: list[tuple[str, str]], timeout: float) -> Op[list[SandboxInfo]]:
+    """Every page of a listing, following next_page_token to the end."""
+    out: list[SandboxInfo] = []
+    seen: set[str] = set()
+    token: str | None = None
+    while True:
+        page_params = params + ([("page_token", token)] if token else [])
+        items, token = yield from list_sandboxes_page(page_params, timeout)
+        out.extend(items)
+        if not token:
+            return out
+        if token in seen:
+            raise SandboxError(f"the server repeated page token {token!r}", code="invalid_response")
+        seen.add(token)
+
+
+def kill_sandbox(sandbox_id: str, timeout: float) -> Op[bool]:
+    """Destroy a sandbox: True if it was destroyed, False if it did not exist."""
+    try:
+        yield Call("DELETE", sandbox_path(sandbox_id), timeout)
+    except NotFoundError:
+        return False
+    return True
+
+
+def set_timeout(sandbox_id: str, seconds: int, timeout: float) -> Op[SandboxInfo]:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 1:
+        raise InvalidArgumentError(f"timeout must be at least 1 second, not {seconds!r}")
+    resp = yield Call("POST", sandbox_path(sandbox_id, "timeout"), timeout, json={"timeout_s": int(seconds)})
+    return SandboxInfo.from_json(json_body(resp))
+
+
+# --------------------------------------------------------------- commands
+
+
+def exec_body(
+    cmd: str | Iterable[str],
+    *,
+    envs: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    stdin: str | bytes | None = None,
+    timeout: float | None = None,
+    max_output_bytes: int | None = None,
+) -> dict[str, Any]:
+    """The ExecRequest: a str is a command line ("command"), a list is argv ("cmd")."""
+    body: dict[str, Any] = {}
+    if isinstance(cmd, str):
+        if not cmd.strip():
+            raise InvalidArgumentError("cmd is empty")
+        body["command"] = cmd
+    else:
+        argv = list(cmd)
+        if not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
+            raise InvalidArgumentError("cmd must be a non-empty list of strings")
+        body["cmd"] = argv
+    env = str_map(envs, "envs")
+    if env:
+        body["env"] = env
+    if cwd:
+        body["cwd"] = cwd
+    if stdin is not None:
+        body["stdin"] = _text(stdin, "stdin")
+    if _positive(timeout, "timeout") is not None:
+        body["timeout_s"] = timeout
+    if max_output_bytes is not None:
+        if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int) or max_output_bytes < 1:
+            raise InvalidArgumentError("max_output_bytes must be a positive integer")
+        body["max_output_bytes"] = max_output_bytes
+    return body
+
+
+def exec_request_timeout(command_timeout: float | None, request_timeout: float | None, default: float) -> float:
+    """The request timeout for a command: its own timeout plus a margin.
+
+    An explicit request_timeout wins; the margin is the sandbox's request
+    timeout. Without a command timeout the server's default (60 s) applies.
+    """
+    explicit = _positive(request_timeout, "request_timeout")
+    if explicit is not None:
+        return float(explicit)
+    return float(command_timeout or SERVER_COMMAND_TIMEOUT) + default
+
+
+def check_result(result: CommandResult) -> CommandResult:
+    """Raise TimeoutError or CommandExitError for a command that did not succeed."""
+    if result.timed_out:
+        raise TimeoutError(
+            f"command timed out after {result.duration_ms / 1000:.1f}s" + (f" ({result.error})" if result.error else ""),
+            code="command_timeout",
+            result=result,
+        )
+    if result.exit_code != 0:
+        raise CommandExitError(result)
+    return result
+
+
+def exec_command(sandbox_id: str, body: dict[str, Any], timeout: float) -> Op[CommandResult]:
+    resp = yield Call("POST", sandbox_path(sandbox_id, "exec"), timeout, json=body)
+    return CommandResult.from_json(json_body(resp))
+
+
+def exec_stream_call(sandbox_id: str, body: dict[str, Any], timeout: float) -> Call:
+    path = sandbox_path(sandbox_id, "exec", "stream")
+    return Call("POST", path, timeout, json=body, headers={"Accept": "application/x-ndjson"})
+
+
+class ExecStream:
+    """Parses the NDJSON ExecEvents of POST …/exec/stream as bytes arrive.
+
+    feed() returns the ("stdout"|"stderr", text) chunks to hand to callbacks
+    and accumulates them; finish() returns the CommandResult with the
+    accumulated output. An error event raises the mapped SandboxError.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._out: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self.result: CommandResult | None = None
+        self.pid: int | None = None
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        out: list[tuple[str, str]] = []
+        for line in lines:
+            self._event(line, out)
+        return out
+
+    def _event(self, line: bytes, out: list[tuple[str, str]]) -> None:
+        line = line.strip()
+        if not line:
+            return
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            raise SandboxError(f"bad line in the exec stream: {line[:200]!r}", code="invalid_response") from None
+        kind = ev.get("type")
+        if kind in ("stdout", "stderr"):
+            data = ev.get("data") or ""
+            if data:
+                self._out[kind].append(data)
+                out.append((kind, data))
+        elif kind == "start":
+            self.pid = ev.get("pid")
+        elif kind == "exit":
+            self.result = CommandResult.from_json(ev.get("result") or {})
+        elif kind == "error":
+            raise error_from_body(ev.get("error") or {"message": "the command failed"})
+
+    def finish(self) -> CommandResult:
+        rest: list[tuple[str, str]] = []
+        if self._buf:
+            self._event(self._buf, rest)
+            self._buf = b""
+        if self.result is None:
+            raise ConnectionError("the exec stream ended without an exit event", code="stream_ended")
+        self.result.stdout = "".join(self._out["stdout"])
+        self.result.stderr = "".join(self._out["stderr"])
+        return self.result
+
+
+def start_process(sandbox_id: str, body: dict[str, Any], timeout: float) -> Op[ProcessInfo]:
+    resp = yield Call("POST", sandbox_path(sandbox_id, "processes"), timeout, json=body)
+    return ProcessInfo.from_json(json_body(resp))
+
+
+def list_processes(sandbox_id: str, timeout: float) -> Op[list[ProcessInfo]]:
+    resp = yield Call("GET", sandbox_path(sandbox_id, "processes"), timeout)
+    return [ProcessInfo.from_json(p) for p in json_body(resp).get("processes") or []]
+
+
+def get_process(sandbox_id: str, pid: int, timeout: float) -> Op[ProcessInfo]:
+    resp = yield Call("GET", sandbox_path(sandbox_id, "processes", str(int(pid))), timeout)
+    return ProcessInfo.from_json(json_body(resp))
+
+
+def wait_process(sandbox_id: str, pid: int, wait: float | None, timeout: float) -> Op[CommandResult]:
+    """Wait for a background process; wait=None waits for as long as it runs.
+
+    A wait that expires raises TimeoutError (the server's 504).
+    """
+    path = sandbox_path(sandbox_id, "processes", str(int(pid)), "wait")
+    while True:
+        slice_s = WAIT_SLICE if wait is None else _positive(wait, "timeout")
+        assert slice_s is not None
+        try:
+            resp = yield Call("POST", path, slice_s + timeout, params=[("timeout_s", f"{slice_s:g}")])
+        except TimeoutError as e:
+            if wait is None and e.status == 504:
+                continue
+            raise
+        return CommandResult.from_json(json_body(resp))
+
+
+def send_stdin(sandbox_id: str, pid: int, data: str | bytes, timeout: float) -> Op[None]:
+    path = sandbox_path(sandbox_id, "processes", str(int(pid)), "stdin")
+    yield Call("POST", path, timeout, json={"data": _text(data, "data")})
+
+
+def close_stdin(sandbox_id: str, pid: int, timeout: float) -> Op[None]:
+    yield Call("POST", sandbox_path(sandbox_id, "processes", str(int(pid)), "stdin", "close"), timeout)
+
+
+def kill_process(sandbox_id: str, pid: int, signal: str, timeout: float) -> Op[bool]:
+    """Signal a background process: False if there was no such process."""
+    path = sandbox_path(sandbox_id, "processes", str(int(pid)), "kill")
+    try:
+        yield Call("POST", path, timeout, json={"signal": signal or "KILL"})
+    except NotFoundError as e:
+        if e.code == "sandbox_not_found":
+            raise
+        return False
+    return True
+
+
+# ------------------------------------------------------------------ files
+
+
+def _path(path: str) -> str:
+    if not isinstance(path, str) or not path:
+        raise InvalidArgumentError("path must be a non-empty string")
+    return path
+
+
+def read_call(sandbox_id: str, path: str, timeout: float) -> Call:
+    return Call("GET", sandbox_path(sandbox_id, "files"), timeout, params=[("path", _path(path))])
+
+
+def read_file(sandbox_id: str, path: str, timeout: float) -> Op[bytes]:
+    resp = yield read_call(sandbox_id, path, timeout)
+    return resp.content
+
+
+def write_file(
+    sandbox_id: str, path: str, data: BodyData, mode: int | str | None, parents: bool, timeout: float
+) -> Op[EntryInfo]:
+    params = [("path", _path(path)), ("parents", _bool(parents))]
+    if mode is not None:
+        if isinstance(mode, int) and not isinstance(mode, bool):
+            params.append(("mode", f"{mode:04o}"))
+        elif isinstance(mode, str) and mode.isdigit():
+            params.append(("mode", mode))
+        else:
+            raise InvalidArgumentError(f"mode must be an int (0o644) or an octal string ('0644'), not {mode!r}")
+    resp = yield Call("PUT", sandbox_path(sandbox_id, "files"), timeout, params=params, body=Body(data))
+    return EntryInfo.from_json(json_body(resp))
+
+
+def list_files(sandbox_id: str, path: str, depth: int, timeout: float) -> Op[list[EntryInfo]]:
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 32:
+        raise InvalidArgumentError(f"depth must be an integer from 1 to 32, not {depth!r}")
+    params = [("path", _path(path)), ("depth", str(depth))]
+    resp = yield Call("GET", sandbox_path(sandbox_id, "files", "list"), timeout, params=params)
+    return [EntryInfo.from_json(e) for e in json_body(resp).get("entries") or []]
+
+
+def stat_file(sandbox_id: str, path: str, timeout: float) -> Op[EntryInfo]:
+    resp = yield Call("GET", sandbox_path(sandbox_id, "files", "stat"), timeout, params=[("path", _path(path))])
+    return EntryInfo.from_json(json_body(resp))
+
+
+def file_exists(sandbox_id: str, path: str, timeout: float) -> Op[bool]:
+    resp = yield Call("GET", sandbox_path(sandbox_id, "files", "exists"), timeout, params=[("path", _path(path))])
+    return bool(json_body(resp).get("exists"))
+
+
+def remove_file(sandbox_id: str, path: str, recursive: bool, timeout: float) -> Op[None]:
+    params = [("path", _path(path)), ("recursive", _bool(recursive))]
+    yield Call("DELETE", sandbox_path(sandbox_id, "files"), timeout, params=params)
+
+
+def make_dir(sandbox_id: str, path: str, parents: bool, timeout: float) -> Op[bool]:
+    """Make a directory: True if made, False if it already existed (as E2B).
+
+    It asks without parents first, so that an existing directory is a 409
+    whatever the server does for mkdir -p; only a missing parent (404) makes
+    it ask again with parents.
+    """
+    call_path = sandbox_path(sandbox_id, "files", "mkdir")
+    try:
+        yield Call("POST", call_path, timeout, json={"path": _path(path)})
+        return True
+    except ConflictError:
+        return False
+    except NotFoundError as e:
+        if not parents or e.code == "sandbox_not_found":
+            raise
+    try:
+        yield Call("POST", call_path, timeout, json={"path": path, "parents": True})
+    except ConflictError:
+        return False
+    return True
+
+
+def rename_file(sandbox_id: str, old: str, new: str, timeout: float) -> Op[EntryInfo]:
+    body = {"from": _path(old), "to": _path(new)}
+    resp = yield Call("POST", sandbox_path(sandbox_id, "files", "rename"), timeout, json=body)
+    return EntryInfo.from_json(json_body(resp))

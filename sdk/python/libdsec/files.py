@@ -1,0 +1,224 @@
+"""sandbox.files: the sandbox's file system.
+
+Paths are absolute, or relative to the tier's file root (/workspace on the
+function tier, where files outside it are refused with InvalidArgumentError).
+Uploads and downloads are streamed: file-like objects and local files are
+never read into memory whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import IO, AsyncIterator, Iterator, List, Literal, Union, overload
+
+from . import _ops
+from ._calls import CHUNK_SIZE, BodyData
+from ._http import AsyncClient, Client, wrap_transport
+from ._models import EntryInfo
+
+__all__ = ["Files", "AsyncFiles"]
+
+StrPath = Union[str, "os.PathLike[str]"]
+ReadFormat = Literal["text", "bytes", "stream"]
+
+
+def _check_format(format: str) -> None:
+    if format not in ("text", "bytes", "stream"):
+        raise ValueError(f"format must be 'text', 'bytes' or 'stream', not {format!r}")
+
+
+def _open_read(path: StrPath) -> IO[bytes]:
+    return open(path, "rb")
+
+
+def _open_write(path: StrPath) -> IO[bytes]:
+    return open(path, "wb")
+
+
+def _remove_partial(local_path: StrPath) -> None:
+    try:
+        os.unlink(local_path)
+    except OSError:
+        pass
+
+
+class Files:
+    """Files in one sandbox (``sandbox.files``)."""
+
+    def __init__(self, client: Client, sandbox_id: str, request_timeout: float) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+        self._rt = request_timeout
+
+    @overload
+    def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+
+    @overload
+    def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+
+    @overload
+    def read(self, path: str, format: Literal["stream"]) -> Iterator[bytes]: ...
+
+    def read(self, path: str, format: ReadFormat = "text") -> str | bytes | Iterator[bytes]:
+        """Read a file as text (UTF-8), bytes, or a stream of byte chunks.
+
+        A stream holds a connection until it is exhausted or closed.
+        """
+        _check_format(format)
+        if format == "stream":
+            call = _ops.read_call(self._sandbox_id, path, self._rt)
+            return self._client.iter_bytes(self._client.send(call, stream=True), call.what)
+        data = self._client.run(_ops.read_file(self._sandbox_id, path, self._rt))
+        return data.decode("utf-8") if format == "text" else data
+
+    def write(
+        self,
+        path: str,
+        data: BodyData,
+        mode: int | str | None = None,
+        parents: bool = True,
+        request_timeout: float | None = None,
+    ) -> EntryInfo:
+        """Write (replace atomically) a file from str, bytes or a file-like object.
+
+        ``mode`` is the permission bits (0o644 or "0644"; default 0644);
+        ``parents`` creates missing directories.
+        """
+        rt = request_timeout or self._rt
+        return self._client.run(_ops.write_file(self._sandbox_id, path, data, mode, parents, rt))
+
+    def upload(
+        self, local_path: StrPath, path: str, mode: int | str | None = None, parents: bool = True
+    ) -> EntryInfo:
+        """Upload a local file, streamed."""
+        with _open_read(local_path) as f:
+            return self.write(path, f, mode=mode, parents=parents)
+
+    def download(self, path: str, local_path: StrPath) -> int:
+        """Download a file to a local path, streamed; returns the bytes written."""
+        call = _ops.read_call(self._sandbox_id, path, self._rt)
+        resp = self._client.send(call, stream=True)
+        n = 0
+        try:
+            f = _open_write(local_path)
+        except BaseException:
+            resp.close()
+            raise
+        try:
+            with f, wrap_transport(call.what):
+                for chunk in resp.iter_bytes(CHUNK_SIZE):
+                    f.write(chunk)
+                    n += len(chunk)
+        except BaseException:
+            _remove_partial(local_path)
+            raise
+        finally:
+            resp.close()
+        return n
+
+    def list(self, path: str, depth: int = 1) -> List[EntryInfo]:
+        """The entries of a directory, descending depth levels."""
+        return self._client.run(_ops.list_files(self._sandbox_id, path, depth, self._rt))
+
+    def exists(self, path: str) -> bool:
+        return self._client.run(_ops.file_exists(self._sandbox_id, path, self._rt))
+
+    def get_info(self, path: str) -> EntryInfo:
+        return self._client.run(_ops.stat_file(self._sandbox_id, path, self._rt))
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Remove a file, or a directory (non-empty ones need recursive=True)."""
+        self._client.run(_ops.remove_file(self._sandbox_id, path, recursive, self._rt))
+
+    def make_dir(self, path: str, parents: bool = True) -> bool:
+        """Make a directory; False if it already existed."""
+        return self._client.run(_ops.make_dir(self._sandbox_id, path, parents, self._rt))
+
+    def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        return self._client.run(_ops.rename_file(self._sandbox_id, old_path, new_path, self._rt))
+
+
+class AsyncFiles:
+    """As :class:`Files`, with coroutines; ``read(format="stream")`` gives an async iterator."""
+
+    def __init__(self, client: AsyncClient, sandbox_id: str, request_timeout: float) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+        self._rt = request_timeout
+
+    @overload
+    async def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+
+    @overload
+    async def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+
+    @overload
+    async def read(self, path: str, format: Literal["stream"]) -> AsyncIterator[bytes]: ...
+
+    async def read(self, path: str, format: ReadFormat = "text") -> str | bytes | AsyncIterator[bytes]:
+        _check_format(format)
+        if format == "stream":
+            call = _ops.read_call(self._sandbox_id, path, self._rt)
+            return self._client.aiter_bytes(await self._client.send(call, stream=True), call.what)
+        data = await self._client.run(_ops.read_file(self._sandbox_id, path, self._rt))
+        return data.decode("utf-8") if format == "text" else data
+
+    async def write(
+        self,
+        path: str,
+        data: BodyData,
+        mode: int | str | None = None,
+        parents: bool = True,
+        request_timeout: float | None = None,
+    ) -> EntryInfo:
+        rt = request_timeout or self._rt
+        return await self._client.run(_ops.write_file(self._sandbox_id, path, data, mode, parents, rt))
+
+    async def upload(
+        self, local_path: StrPath, path: str, mode: int | str | None = None, parents: bool = True
+    ) -> EntryInfo:
+        f: IO[bytes] = await asyncio.to_thread(_open_read, local_path)
+        try:
+            return await self.write(path, f, mode=mode, parents=parents)
+        finally:
+            f.close()
+
+    async def download(self, path: str, local_path: StrPath) -> int:
+        call = _ops.read_call(self._sandbox_id, path, self._rt)
+        resp = await self._client.send(call, stream=True)
+        n = 0
+        try:
+            f: IO[bytes] = await asyncio.to_thread(_open_write, local_path)
+        except BaseException:
+            await resp.aclose()
+            raise
+        try:
+            with f, wrap_transport(call.what):
+                async for chunk in resp.aiter_bytes(CHUNK_SIZE):
+                    await asyncio.to_thread(f.write, chunk)
+                    n += len(chunk)
+        except BaseException:
+            _remove_partial(local_path)
+            raise
+        finally:
+            await resp.aclose()
+        return n
+
+    async def list(self, path: str, depth: int = 1) -> List[EntryInfo]:
+        return await self._client.run(_ops.list_files(self._sandbox_id, path, depth, self._rt))
+
+    async def exists(self, path: str) -> bool:
+        return await self._client.run(_ops.file_exists(self._sandbox_id, path, self._rt))
+
+    async def get_info(self, path: str) -> EntryInfo:
+        return await self._client.run(_ops.stat_file(self._sandbox_id, path, self._rt))
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        await self._client.run(_ops.remove_file(self._sandbox_id, path, recursive, self._rt))
+
+    async def make_dir(self, path: str, parents: bool = True) -> bool:
+        return await self._client.run(_ops.make_dir(self._sandbox_id, path, parents, self._rt))
+
+    async def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        return await self._client.run(_ops.rename_file(self._sandbox_id, old_path, new_path, self._rt))

@@ -1,0 +1,193 @@
+"""Sandbox: a DSec sandbox, synchronously."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import List, Mapping
+
+from . import _ops
+from ._http import Client
+from ._models import SandboxInfo
+from .commands import Commands
+from .errors import InvalidArgumentError
+from .files import Files
+
+__all__ = ["Sandbox"]
+
+
+def _client(client: Client | None, url: str | None, token: str | None) -> Client:
+    if client is None:
+        return Client.shared(url, token)
+    if url is not None or token is not None:
+        raise InvalidArgumentError("pass either client= or url=/token=, not both")
+    return client
+
+
+class Sandbox:
+    """A DSec sandbox.
+
+    Make one with :meth:`create` (or attach to one with :meth:`connect`), run
+    commands with ``sandbox.commands`` and use files with ``sandbox.files``.
+    As a context manager it kills the sandbox on exit. ``tier`` picks the
+    substrate ("function", "container", "microvm", "vm"); every other call
+    is the same on every tier.
+
+    Safe for use from many threads.
+    """
+
+    def __init__(self, info: SandboxInfo, *, client: Client, request_timeout: float | None = None) -> None:
+        self._info = info
+        self._client = client
+        self._rt = request_timeout or client.options.request_timeout
+        self.commands = Commands(client, info.id, self._rt)
+        self.files = Files(client, info.id, self._rt)
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._info.id
+
+    @property
+    def tier(self) -> str:
+        return self._info.tier
+
+    def __repr__(self) -> str:
+        return f"Sandbox(sandbox_id={self.sandbox_id!r}, tier={self.tier!r})"
+
+    @classmethod
+    def create(
+        cls,
+        tier: str = "function",
+        image: str | None = None,
+        timeout: int | None = 300,
+        cpu: float | None = None,
+        memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        envs: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        request_timeout: float | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        client: Client | None = None,
+    ) -> Sandbox:
+        """Create a sandbox and wait until it runs.
+
+        Args:
+            tier: "function", "container", "microvm" or "vm".
+            image: image name[:tag] or ID; default: the tier's default image.
+            timeout: time to live in seconds (extend it with set_timeout).
+            cpu, memory_mb, disk_mb: resources; server defaults if None.
+            envs: environment for every command.
+            metadata: labels to filter on in list() (``labels=`` is an alias).
+            url, token: the server; defaults from $DSEC_URL / $DSEC_TOKEN or
+                the local ``dsec up``.
+            request_timeout: timeout of each API request (default 30 s).
+            client: an explicit :class:`Client` instead of the shared pool.
+        """
+        c = _client(client, url, token)
+        body = _ops.create_body(
+            tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
+            disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels,
+        )
+        rt = request_timeout or c.options.request_timeout
+        info = c.run(_ops.create_sandbox(body, rt))
+        return cls(info, client=c, request_timeout=rt)
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        url: str | None = None,
+        token: str | None = None,
+        request_timeout: float | None = None,
+        *,
+        client: Client | None = None,
+    ) -> Sandbox:
+        """Attach to a running sandbox; NotFoundError if it is gone."""
+        c = _client(client, url, token)
+        rt = request_timeout or c.options.request_timeout
+        return cls(c.run(_ops.connect_sandbox(sandbox_id, rt)), client=c, request_timeout=rt)
+
+    @classmethod
+    def list(
+        cls,
+        metadata: Mapping[str, str] | None = None,
+        state: str | None = None,
+        tier: str | None = None,
+        limit: int | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        client: Client | None = None,
+    ) -> List[SandboxInfo]:
+        """All sandboxes matching every label in metadata, and state and tier.
+
+        Newest first. Follows the pages to the end; ``limit`` is the page size.
+        """
+        c = _client(client, url, token)
+        params = _ops.list_params(
+            metadata={**(labels or {}), **(metadata or {})}, state=state, tier=tier, limit=limit, page_token=None
+        )
+        return c.run(_ops.list_sandboxes(params, c.options.request_timeout))
+
+    @classmethod
+    def list_page(
+        cls,
+        metadata: Mapping[str, str] | None = None,
+        state: str | None = None,
+        tier: str | None = None,
+        limit: int | None = None,
+        page_token: str | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        client: Client | None = None,
+    ) -> tuple[List[SandboxInfo], str | None]:
+        """One page of list(): (items, next_page_token or None)."""
+        c = _client(client, url, token)
+        params = _ops.list_params(
+            metadata={**(labels or {}), **(metadata or {})}, state=state, tier=tier, limit=limit,
+            page_token=page_token,
+        )
+        return c.run(_ops.list_sandboxes_page(params, c.options.request_timeout))
+
+    @classmethod
+    def kill_by_id(
+        cls, sandbox_id: str, url: str | None = None, token: str | None = None, *, client: Client | None = None
+    ) -> bool:
+        """Destroy a sandbox by ID: True if destroyed, False if it did not exist."""
+        c = _client(client, url, token)
+        return c.run(_ops.kill_sandbox(sandbox_id, c.options.request_timeout))
+
+    def get_info(self) -> SandboxInfo:
+        """Fetch the sandbox's current description."""
+        self._info = self._client.run(_ops.get_sandbox(self.sandbox_id, self._rt))
+        return self._info
+
+    def is_running(self) -> bool:
+        return self._client.run(_ops.is_running(self.sandbox_id, self._rt))
+
+    def set_timeout(self, timeout: int) -> SandboxInfo:
+        """Make the sandbox expire ``timeout`` seconds from now."""
+        self._info = self._client.run(_ops.set_timeout(self.sandbox_id, timeout, self._rt))
+        return self._info
+
+    def kill(self) -> bool:
+        """Destroy the sandbox: True if destroyed, False if it did not exist."""
+        return self._client.run(_ops.kill_sandbox(self.sandbox_id, self._rt))
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self.kill()
+        except Exception:
+            # Do not hide the error that ended the block behind a failed kill.
+            if exc_type is None:
+                raise

@@ -1,0 +1,165 @@
+"""AsyncSandbox: a DSec sandbox, for asyncio."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import List, Mapping
+
+from . import _ops
+from ._http import AsyncClient
+from ._models import SandboxInfo
+from .commands import AsyncCommands
+from .errors import InvalidArgumentError
+from .files import AsyncFiles
+
+__all__ = ["AsyncSandbox"]
+
+
+def _client(client: AsyncClient | None, url: str | None, token: str | None) -> AsyncClient:
+    if client is None:
+        return AsyncClient.shared(url, token)
+    if url is not None or token is not None:
+        raise InvalidArgumentError("pass either client= or url=/token=, not both")
+    return client
+
+
+class AsyncSandbox:
+    """As :class:`~libdsec.Sandbox`, with coroutines: ``await AsyncSandbox.create(...)``,
+    ``await sb.commands.run(...)``, ``async with await AsyncSandbox.create(...) as sb``.
+
+    Sandboxes of one (url, token) share an :class:`AsyncClient` per event
+    loop; ``await AsyncClient.aclose_shared()`` closes it.
+    """
+
+    def __init__(self, info: SandboxInfo, *, client: AsyncClient, request_timeout: float | None = None) -> None:
+        self._info = info
+        self._client = client
+        self._rt = request_timeout or client.options.request_timeout
+        self.commands = AsyncCommands(client, info.id, self._rt)
+        self.files = AsyncFiles(client, info.id, self._rt)
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._info.id
+
+    @property
+    def tier(self) -> str:
+        return self._info.tier
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(sandbox_id={self.sandbox_id!r}, tier={self.tier!r})"
+
+    @classmethod
+    async def create(
+        cls,
+        tier: str = "function",
+        image: str | None = None,
+        timeout: int | None = 300,
+        cpu: float | None = None,
+        memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        envs: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        request_timeout: float | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        client: AsyncClient | None = None,
+    ) -> AsyncSandbox:
+        """As :meth:`Sandbox.create <libdsec.Sandbox.create>`."""
+        c = _client(client, url, token)
+        body = _ops.create_body(
+            tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
+            disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels,
+        )
+        rt = request_timeout or c.options.request_timeout
+        info = await c.run(_ops.create_sandbox(body, rt))
+        return cls(info, client=c, request_timeout=rt)
+
+    @classmethod
+    async def connect(
+        cls,
+        sandbox_id: str,
+        url: str | None = None,
+        token: str | None = None,
+        request_timeout: float | None = None,
+        *,
+        client: AsyncClient | None = None,
+    ) -> AsyncSandbox:
+        c = _client(client, url, token)
+        rt = request_timeout or c.options.request_timeout
+        return cls(await c.run(_ops.connect_sandbox(sandbox_id, rt)), client=c, request_timeout=rt)
+
+    @classmethod
+    async def list(
+        cls,
+        metadata: Mapping[str, str] | None = None,
+        state: str | None = None,
+        tier: str | None = None,
+        limit: int | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        client: AsyncClient | None = None,
+    ) -> List[SandboxInfo]:
+        c = _client(client, url, token)
+        params = _ops.list_params(
+            metadata={**(labels or {}), **(metadata or {})}, state=state, tier=tier, limit=limit, page_token=None
+        )
+        return await c.run(_ops.list_sandboxes(params, c.options.request_timeout))
+
+    @classmethod
+    async def list_page(
+        cls,
+        metadata: Mapping[str, str] | None = None,
+        state: str | None = None,
+        tier: str | None = None,
+        limit: int | None = None,
+        page_token: str | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        client: AsyncClient | None = None,
+    ) -> tuple[List[SandboxInfo], str | None]:
+        c = _client(client, url, token)
+        params = _ops.list_params(
+            metadata={**(labels or {}), **(metadata or {})}, state=state, tier=tier, limit=limit,
+            page_token=page_token,
+        )
+        return await c.run(_ops.list_sandboxes_page(params, c.options.request_timeout))
+
+    @classmethod
+    async def kill_by_id(
+        cls, sandbox_id: str, url: str | None = None, token: str | None = None, *, client: AsyncClient | None = None
+    ) -> bool:
+        c = _client(client, url, token)
+        return await c.run(_ops.kill_sandbox(sandbox_id, c.options.request_timeout))
+
+    async def get_info(self) -> SandboxInfo:
+        self._info = await self._client.run(_ops.get_sandbox(self.sandbox_id, self._rt))
+        return self._info
+
+    async def is_running(self) -> bool:
+        return await self._client.run(_ops.is_running(self.sandbox_id, self._rt))
+
+    async def set_timeout(self, timeout: int) -> SandboxInfo:
+        self._info = await self._client.run(_ops.set_timeout(self.sandbox_id, timeout, self._rt))
+        return self._info
+
+    async def kill(self) -> bool:
+        return await self._client.run(_ops.kill_sandbox(self.sandbox_id, self._rt))
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self.kill()
+        except Exception:
+            if exc_type is None:
+                raise

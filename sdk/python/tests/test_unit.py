@@ -1,0 +1,479 @@
+"""Unit tests that need no server: error mapping, configuration, request
+building, stream parsing and the retry loop (on httpx.MockTransport)."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import io
+import json
+from email.utils import formatdate
+from typing import Any
+
+import httpx
+import pytest
+
+import libdsec
+from libdsec import _config, _ops
+from libdsec._calls import Body, Call, error_retry_delay, transport_retry_delay
+from libdsec._config import ClientOptions
+from libdsec.errors import (
+    AuthenticationError,
+    CommandExitError,
+    ConflictError,
+    ConnectionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RateLimitError,
+    SandboxError,
+    ServerError,
+    TimeoutError,
+    UnsupportedError,
+    error_from_response,
+    parse_retry_after,
+)
+
+# ------------------------------------------------------------ error mapping
+
+
+def _err(status: int, body: Any = None, headers: dict[str, str] | None = None, text: str | None = None) -> SandboxError:
+    if text is not None:
+        resp = httpx.Response(status, text=text, headers=headers)
+    elif body is not None:
+        resp = httpx.Response(status, json=body, headers=headers)
+    else:
+        resp = httpx.Response(status, headers=headers)
+    return error_from_response(resp)
+
+
+def test_rate_limit_error_parsing() -> None:
+    e = _err(
+        429,
+        {"code": "rate_limited", "message": "too many creates", "class": "rate_limited"},
+        headers={"Retry-After": "7"},
+    )
+    assert type(e) is RateLimitError
+    assert e.retry_after == 7.0
+    assert (e.code, e.message, e.class_, e.status) == ("rate_limited", "too many creates", "rate_limited", 429)
+    assert "too many creates" in str(e) and "429" in str(e)
+    assert isinstance(e, SandboxError)
+
+
+def test_retry_after_http_date() -> None:
+    now = 1_800_000_000.0
+    assert parse_retry_after(formatdate(now + 30, usegmt=True), now=now) == pytest.approx(30, abs=1)
+    assert parse_retry_after(formatdate(now - 30, usegmt=True), now=now) == 0
+    assert parse_retry_after("1.5") == 1.5
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after(None) is None
+    e = _err(429, text="slow down")
+    assert isinstance(e, RateLimitError) and e.retry_after is None
+
+
+@pytest.mark.parametrize(
+    "status,class_,want",
+    [
+        (400, "invalid_argument", InvalidArgumentError),
+        (401, "unauthenticated", AuthenticationError),
+        (403, "permission_denied", AuthenticationError),
+        (404, "not_found", NotFoundError),
+        (409, "conflict", ConflictError),
+        (413, "too_large", PayloadTooLargeError),
+        (422, "unsupported", UnsupportedError),
+        (429, "rate_limited", RateLimitError),
+        (503, "unavailable", ServerError),
+        (504, "deadline_exceeded", TimeoutError),
+        (500, "internal", ServerError),
+    ],
+)
+def test_error_classes(status: int, class_: str, want: type[SandboxError]) -> None:
+    e = _err(status, {"code": "some_code", "message": "msg", "class": class_})
+    assert type(e) is want
+    assert (e.code, e.message, e.class_, e.status) == ("some_code", "msg", class_, status)
+    # Without the class, the status alone picks the same exception.
+    e2 = _err(status, {"code": "some_code", "message": "msg"})
+    assert type(e2) is want
+
+
+def test_class_wins_over_status() -> None:
+    e = _err(400, {"code": "no_shell", "message": "the function tier has no shell", "class": "unsupported"})
+    assert isinstance(e, UnsupportedError)
+
+
+def test_non_json_bodies() -> None:
+    e = _err(502, text="<html><body>Bad Gateway from proxy</body></html>")
+    assert type(e) is ServerError and e.status == 502 and "Bad Gateway from proxy" in e.message
+    assert e.code is None and e.class_ is None
+    e = _err(404)
+    assert type(e) is NotFoundError and e.message == "HTTP 404 Not Found"
+    e = _err(418, {"unexpected": "shape"})
+    assert type(e) is SandboxError and e.status == 418
+    e = _err(503, text="", headers={"Retry-After": "2"})
+    assert isinstance(e, ServerError) and e.retry_after == 2.0
+
+
+def test_builtin_exception_bases() -> None:
+    t = TimeoutError("x")
+    assert isinstance(t, builtins.TimeoutError) and isinstance(t, SandboxError)
+    c = ConnectionError("y")
+    assert isinstance(c, builtins.ConnectionError) and isinstance(c, SandboxError)
+    assert libdsec.TimeoutError is TimeoutError and libdsec.errors.RateLimitError is RateLimitError
+
+
+def test_command_exit_error_carries_result() -> None:
+    r = libdsec.CommandResult(stdout="out", stderr="boom", exit_code=3)
+    with pytest.raises(CommandExitError) as ei:
+        _ops.check_result(r)
+    e = ei.value
+    assert (e.exit_code, e.stdout, e.stderr, e.result) == (3, "out", "boom", r)
+    assert "3" in str(e) and "boom" in str(e)
+    t = libdsec.CommandResult(stdout="", stderr="", exit_code=-1, timed_out=True, error="timeout", duration_ms=1000)
+    with pytest.raises(TimeoutError) as ti:
+        _ops.check_result(t)
+    assert ti.value.result is t and ti.value.exit_code == -1
+    ok = libdsec.CommandResult(stdout="x", stderr="", exit_code=0)
+    assert _ops.check_result(ok) is ok
+
+
+# ------------------------------------------------------------ configuration
+
+
+def test_url_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DSEC_URL", raising=False)
+    assert _config.resolve_url() == "http://127.0.0.1:7878"
+    monkeypatch.setenv("DSEC_URL", "http://example.invalid:9/")
+    assert _config.resolve_url() == "http://example.invalid:9"
+    assert _config.resolve_url("https://x.invalid") == "https://x.invalid"
+    assert _config.resolve_url("127.0.0.1:8000") == "http://127.0.0.1:8000"
+    with pytest.raises(InvalidArgumentError):
+        _config.resolve_url("ftp://x")
+
+
+def test_token_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.delenv("DSEC_TOKEN", raising=False)
+    missing = str(tmp_path / "no-token")
+    with pytest.raises(AuthenticationError) as ei:
+        _config.resolve_token(None, token_file=missing)
+    assert "DSEC_TOKEN" in str(ei.value) and missing in str(ei.value)
+    f = tmp_path / "token"
+    f.write_text("file-token\n")
+    assert _config.resolve_token(None, token_file=str(f)) == "file-token"
+    monkeypatch.setenv("DSEC_TOKEN", "env-token")
+    assert _config.resolve_token(None, token_file=str(f)) == "env-token"
+    assert _config.resolve_token("explicit", token_file=str(f)) == "explicit"
+
+
+def test_client_without_token_raises(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.delenv("DSEC_TOKEN", raising=False)
+    monkeypatch.setattr(_config, "DEFAULT_TOKEN_FILE", str(tmp_path / "absent"))
+    with pytest.raises(AuthenticationError):
+        libdsec.Sandbox.create(url="http://127.0.0.1:1")
+
+
+# --------------------------------------------------------- request building
+
+
+def test_exec_body() -> None:
+    assert _ops.exec_body("echo hi") == {"command": "echo hi"}
+    assert _ops.exec_body(["echo", "a b"], timeout=5, envs={"A": "1"}, cwd="/w", stdin=b"in", max_output_bytes=10) == {
+        "cmd": ["echo", "a b"],
+        "timeout_s": 5,
+        "env": {"A": "1"},
+        "cwd": "/w",
+        "stdin": "in",
+        "max_output_bytes": 10,
+    }
+    for bad in ([], "  ", [""], ["ok", 3]):
+        with pytest.raises(InvalidArgumentError):
+            _ops.exec_body(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        _ops.exec_body("x", timeout=0)
+    with pytest.raises(InvalidArgumentError):
+        _ops.exec_body("x", stdin=b"\xff\xfe")
+    with pytest.raises(InvalidArgumentError):
+        _ops.exec_body("x", envs={"A": 1})  # type: ignore[dict-item]
+
+
+def test_exec_request_timeout() -> None:
+    assert _ops.exec_request_timeout(10, None, 30) == 40
+    assert _ops.exec_request_timeout(None, None, 30) == 90  # server default 60 s + margin
+    assert _ops.exec_request_timeout(10, 5, 30) == 5
+
+
+def test_create_body() -> None:
+    body = _ops.create_body(
+        tier="function", image=None, timeout=300, cpu=None, memory_mb=64, disk_mb=None,
+        envs={"E": "v"}, metadata={"a": "1"}, labels={"b": "2"},
+    )
+    assert body == {"tier": "function", "timeout_s": 300, "memory_mb": 64, "env": {"E": "v"}, "labels": {"b": "2", "a": "1"}}
+    with pytest.raises(InvalidArgumentError):
+        _ops.create_body(tier="function", image=None, timeout=0, cpu=None, memory_mb=None, disk_mb=None,
+                         envs=None, metadata=None, labels=None)
+
+
+def test_list_params() -> None:
+    p = _ops.list_params(metadata={"b": "2", "a": "1"}, state="running", tier="vm", limit=5, page_token="t")
+    assert p == [("label", "a=1"), ("label", "b=2"), ("state", "running"), ("tier", "vm"), ("limit", "5"), ("page_token", "t")]
+    with pytest.raises(InvalidArgumentError):
+        _ops.list_params(metadata=None, state=None, tier=None, limit=0, page_token=None)
+
+
+def _drive(op: Any, responses: list[Any]) -> tuple[Any, list[Call]]:
+    """Run an op generator against canned responses (an exception is thrown in)."""
+    calls: list[Call] = []
+    try:
+        call = next(op)
+        for r in responses:
+            calls.append(call)
+            call = op.throw(r) if isinstance(r, BaseException) else op.send(r)
+    except StopIteration as s:
+        return s.value, calls
+    raise AssertionError(f"op wanted more than {len(responses)} responses")
+
+
+def test_write_file_call() -> None:
+    info = {"name": "f", "path": "/workspace/f", "type": "file", "size": 2, "mode": 416, "mtime": "2026-01-02T03:04:05.123456789Z"}
+    got, calls = _drive(_ops.write_file("sb1", "f", b"hi", 0o640, True, 30), [httpx.Response(200, json=info)])
+    (c,) = calls
+    assert (c.method, c.path) == ("PUT", "/v1/sandboxes/sb1/files")
+    assert c.params == [("path", "f"), ("parents", "true"), ("mode", "0640")]
+    assert c.body is not None and c.body.headers["Content-Length"] == "2"
+    assert got.mode == 0o640 and got.mtime.microsecond == 123456 and got.is_file
+
+
+def test_make_dir_semantics() -> None:
+    created = httpx.Response(201, json={"name": "d", "path": "/workspace/d", "type": "dir"})
+    exists = ConflictError("exists", code="file_exists", status=409)
+    missing_parent = NotFoundError("no parent", code="parent_not_found", status=404)
+    assert _drive(_ops.make_dir("s", "d", True, 30), [created])[0] is True
+    assert _drive(_ops.make_dir("s", "d", True, 30), [exists])[0] is False
+    got, calls = _drive(_ops.make_dir("s", "a/b", True, 30), [missing_parent, created])
+    assert got is True and calls[1].json == {"path": "a/b", "parents": True}
+    with pytest.raises(NotFoundError):
+        _drive(_ops.make_dir("s", "a/b", False, 30), [missing_parent])
+
+
+def test_kill_and_pagination_ops() -> None:
+    assert _drive(_ops.kill_sandbox("s", 30), [httpx.Response(204)])[0] is True
+    assert _drive(_ops.kill_sandbox("s", 30), [NotFoundError("gone", status=404)])[0] is False
+    sb = {"id": "x", "tier": "function", "image": "i", "state": "running",
+          "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-01T00:05:00Z"}
+    pages = [
+        httpx.Response(200, json={"sandboxes": [sb, sb], "next_page_token": "p2"}),
+        httpx.Response(200, json={"sandboxes": [sb]}),
+    ]
+    got, calls = _drive(_ops.list_sandboxes([("label", "a=b")], 30), pages)
+    assert len(got) == 3 and calls[1].params == [("label", "a=b"), ("page_token", "p2")]
+    loop = [httpx.Response(200, json={"sandboxes": [], "next_page_token": "same"})] * 3
+    with pytest.raises(SandboxError):
+        _drive(_ops.list_sandboxes([], 30), loop)
+
+
+def test_connect_refuses_ended_sandbox() -> None:
+    sb = {"id": "x", "tier": "function", "image": "i", "state": "stopped", "reason": "deleted",
+          "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-01T00:05:00Z"}
+    with pytest.raises(NotFoundError, match="stopped"):
+        _drive(_ops.connect_sandbox("x", 30), [httpx.Response(200, json=sb)])
+
+
+def test_body_from_file_is_streamed_and_rewindable() -> None:
+    f = io.BytesIO(b"x" * 3_000_000)
+    f.seek(100)
+    b = Body(f)
+    assert b.length == 2_999_900 and b.headers["Content-Length"] == "2999900"
+    content = b.sync_content()
+    assert not isinstance(content, bytes)
+    chunks = list(content)
+    assert len(chunks) == 3 and sum(len(c) for c in chunks) == 2_999_900
+    assert b.rewind() and f.tell() == 100
+
+    class Pipe:
+        def __init__(self) -> None:
+            self.parts = [b"a", b"b"]
+
+        def read(self, n: int) -> bytes:
+            return self.parts.pop(0) if self.parts else b""
+
+    p = Body(Pipe())
+    assert p.length is None and "Content-Length" not in p.headers
+    assert list(p.sync_content()) == [b"a", b"b"]  # type: ignore[arg-type]
+    assert not p.rewind()
+    t = Body(io.StringIO("héllo"))
+    assert b"".join(t.sync_content()) == "héllo".encode()  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------- exec stream parsing
+
+
+def test_exec_stream_parser() -> None:
+    events = [
+        {"type": "start", "pid": 7},
+        {"type": "stdout", "data": "hel"},
+        {"type": "stderr", "data": "warn\n"},
+        {"type": "stdout", "data": "lo\n"},
+        {"type": "exit", "result": {"exit_code": 0, "stdout": "", "stderr": "", "duration_ms": 3.5, "stdout_truncated": True}},
+    ]
+    raw = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+    p = _ops.ExecStream()
+    got = []
+    for i in range(0, len(raw), 7):  # arbitrary chunk boundaries
+        got.extend(p.feed(raw[i : i + 7]))
+    assert got == [("stdout", "hel"), ("stderr", "warn\n"), ("stdout", "lo\n")]
+    r = p.finish()
+    assert (r.stdout, r.stderr, r.exit_code, r.duration_ms, r.stdout_truncated, p.pid) == ("hello\n", "warn\n", 0, 3.5, True, 7)
+
+    err = _ops.ExecStream()
+    with pytest.raises(UnsupportedError, match="function"):
+        err.feed(b'{"type":"error","error":{"code":"no_shell","message":"the function tier has no shell","class":"unsupported"}}\n')
+
+    cut = _ops.ExecStream()
+    cut.feed(b'{"type":"stdout","data":"x"}\n')
+    with pytest.raises(ConnectionError):
+        cut.finish()
+    # The last line may lack its newline.
+    last = _ops.ExecStream()
+    last.feed(b'{"type":"exit","result":{"exit_code":2,"stdout":"","stderr":"","duration_ms":1}}')
+    assert last.finish().exit_code == 2
+
+
+# ------------------------------------------------------------- retry policy
+
+
+def _opts(**kw: Any) -> ClientOptions:
+    return ClientOptions(url="http://x", token="t", **kw)
+
+
+def test_retry_policy() -> None:
+    o = _opts(max_retries=2)
+    post = Call("POST", "/v1/sandboxes", 30)
+    get = Call("GET", "/v1/sandboxes", 30)
+    rl = RateLimitError("slow", status=429, retry_after=1.0)
+    d = error_retry_delay(o, post, rl, 0)
+    assert d is not None and 1.0 <= d <= 1.2
+    assert error_retry_delay(o, post, rl, 2) is None  # out of attempts
+    assert error_retry_delay(o, post, RateLimitError("x", retry_after=3600), 0) is None  # too long to wait
+    assert error_retry_delay(o, get, NotFoundError("x", status=404), 0) is None
+    assert error_retry_delay(o, get, ServerError("x", status=500), 0) is None
+    assert error_retry_delay(o, post, ServerError("x", status=503, retry_after=0.5), 0) is not None
+    req = httpx.Request("GET", "http://x")
+    broken = httpx.RemoteProtocolError("server disconnected", request=req)
+    assert transport_retry_delay(o, get, broken, 0) is not None
+    assert transport_retry_delay(o, Call("DELETE", "/v1/sandboxes/x", 30), broken, 0) is not None
+    assert transport_retry_delay(o, post, broken, 0) is None  # may have run: never resent
+    assert transport_retry_delay(o, post, httpx.ConnectError("refused", request=req), 0) is not None
+    assert transport_retry_delay(o, get, httpx.ReadTimeout("slow", request=req), 0) is None
+
+
+def _mock_client(handler: Any, **options: Any) -> libdsec.Client:
+    c = libdsec.Client("http://dsec.invalid", "tok", backoff_base=0.001, **options)
+    c._http.close()
+    c._http = httpx.Client(transport=httpx.MockTransport(handler), **c._client_kwargs())
+    return c
+
+
+SANDBOX_JSON = {"id": "sb-1", "tier": "function", "image": "default", "state": "running",
+                "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-01T00:05:00Z"}
+
+
+def test_client_retries_429_and_sends_headers() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        if len(seen) < 3:
+            return httpx.Response(429, json={"code": "rate_limited", "message": "wait", "class": "rate_limited"},
+                                  headers={"Retry-After": "0"})
+        return httpx.Response(201, json=SANDBOX_JSON)
+
+    c = _mock_client(handler)
+    sb = libdsec.Sandbox.create(tier="function", metadata={"k": "v"}, client=c)
+    assert sb.sandbox_id == "sb-1" and sb.tier == "function" and len(seen) == 3
+    r = seen[-1]
+    assert r.headers["authorization"] == "Bearer tok"
+    assert r.headers["user-agent"] == f"libdsec/{libdsec.__version__}"
+    assert json.loads(r.content) == {"tier": "function", "timeout_s": 300, "labels": {"k": "v"}}
+
+
+def test_client_gives_up_after_max_retries() -> None:
+    n = 0
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        nonlocal n
+        n += 1
+        return httpx.Response(429, json={"code": "rate_limited", "message": "wait"}, headers={"Retry-After": "0"})
+
+    c = _mock_client(handler, max_retries=2)
+    with pytest.raises(RateLimitError) as ei:
+        libdsec.Sandbox.kill_by_id("sb-1", client=c)
+    assert n == 3 and ei.value.retry_after == 0
+
+
+def test_client_retries_connection_errors_only_when_safe() -> None:
+    calls: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(req.method)
+        if len(calls) == 1:
+            raise httpx.RemoteProtocolError("server disconnected", request=req)
+        if req.method == "GET":
+            return httpx.Response(200, json=SANDBOX_JSON)
+        raise httpx.RemoteProtocolError("server disconnected", request=req)
+
+    c = _mock_client(handler)
+    sb = libdsec.Sandbox.connect("sb-1", client=c)  # GET: retried
+    assert calls == ["GET", "GET"]
+    with pytest.raises(ConnectionError):
+        sb.commands.run(["echo"])  # POST: not retried
+    assert calls == ["GET", "GET", "POST"]
+
+
+def test_async_client_on_mock_transport() -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path.endswith("/exec/stream"):
+            lines = [
+                {"type": "start"},
+                {"type": "stdout", "data": "a\n"},
+                {"type": "stdout", "data": "b\n"},
+                {"type": "exit", "result": {"exit_code": 0, "stdout": "", "stderr": "", "duration_ms": 1}},
+            ]
+            return httpx.Response(200, content=b"".join(json.dumps(x).encode() + b"\n" for x in lines))
+        if req.url.path.endswith("/exec"):
+            return httpx.Response(200, json={"exit_code": 0, "stdout": "hi\n", "stderr": "", "duration_ms": 1})
+        return httpx.Response(200, json=SANDBOX_JSON)
+
+    async def main() -> None:
+        c = libdsec.AsyncClient("http://dsec.invalid", "tok")
+        await c._http.aclose()
+        c._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), **c._client_kwargs())
+        async with c:
+            sb = await libdsec.AsyncSandbox.connect("sb-1", client=c)
+            assert (await sb.commands.run("echo hi")).stdout == "hi\n"
+            chunks: list[str] = []
+
+            async def on_out(s: str) -> None:
+                chunks.append(s)
+
+            r = await sb.commands.run(["x"], on_stdout=on_out)
+            assert chunks == ["a\n", "b\n"] and r.stdout == "a\nb\n"
+
+    asyncio.run(main())
+
+
+def test_shared_clients() -> None:
+    a = libdsec.Client.shared("http://dsec.invalid", "t1")
+    assert libdsec.Client.shared("http://dsec.invalid/", "t1") is a
+    assert libdsec.Client.shared("http://dsec.invalid", "t2") is not a
+    libdsec.Client.close_shared()
+    assert a.closed and libdsec.Client.shared("http://dsec.invalid", "t1") is not a
+    libdsec.Client.close_shared()
+
+    async def per_loop() -> libdsec.AsyncClient:
+        c = libdsec.AsyncClient.shared("http://dsec.invalid", "t1")
+        assert libdsec.AsyncClient.shared("http://dsec.invalid", "t1") is c
+        assert c.options.max_connections == 1000
+        await libdsec.AsyncClient.aclose_shared()
+        assert c.closed
+        return c
+
+    assert asyncio.run(per_loop()) is not asyncio.run(per_loop())
