@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/dsec-dev/dsec/api"
 )
@@ -60,11 +58,12 @@ type WriteOptions struct {
 }
 
 // WriteFile streams r into the file at path, replacing it atomically, and
-// returns the written file's description. r is read once, not buffered:
-// the length is sent when r is a *bytes.Reader, *bytes.Buffer,
-// *strings.Reader or regular *os.File, otherwise the body is chunked. An
-// *os.File is read from its current offset and not closed. Uploads are
-// never retried; only ctx bounds them.
+// returns the written file's description. r is read once, not buffered.
+// The length is sent when r is a regular *os.File or has a Len() int
+// method that counts its unread bytes (as *bytes.Reader, *bytes.Buffer and
+// *strings.Reader do); otherwise the body is chunked. An *os.File is read
+// from its current offset and not closed. Uploads are never retried; only
+// ctx bounds them.
 func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, opts WriteOptions) (*api.FileInfo, error) {
 	p, err := filesPath(id, "", path)
 	if err != nil {
@@ -95,11 +94,7 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, op
 // bodySize returns the number of bytes left in r, or -1 if unknown.
 func bodySize(r io.Reader) int64 {
 	switch v := r.(type) {
-	case *bytes.Reader:
-		return int64(v.Len())
-	case *bytes.Buffer:
-		return int64(v.Len())
-	case *strings.Reader:
+	case interface{ Len() int }:
 		return int64(v.Len())
 	case *os.File:
 		fi, err := v.Stat()

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/dsec-dev/dsec/api"
+)
+
+func (a *app) sandboxCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "sandbox",
+		Aliases: []string{"sb"},
+		Short:   "Create, list, inspect and delete sandboxes",
+	}
+	cmd.AddCommand(
+		a.sandboxCreateCmd(),
+		a.sandboxListCmd(),
+		a.sandboxGetCmd(),
+		a.sandboxRemoveCmd(),
+		a.sandboxTimeoutCmd(),
+	)
+	return cmd
+}
+
+// createFlags are the flags that describe a new sandbox, shared by
+// `sandbox create` and `run`.
+type createFlags struct {
+	tier     string
+	image    string
+	cpu      float64
+	memoryMB int
+	diskMB   int
+	timeoutS int
+	env      []string
+	labels   []string
+}
+
+func (f *createFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
+	fs.StringVar(&f.tier, "tier", "", "isolation tier: function, container, microvm or vm (default function)")
+	fs.StringVar(&f.image, "image", "", "image name[:tag] or ID (default: the tier's)")
+	fs.Float64Var(&f.cpu, "cpu", 0, "CPU cores, may be fractional (default 1)")
+	fs.IntVar(&f.memoryMB, "memory", 0, "memory limit in MB (default 256)")
+	fs.IntVar(&f.diskMB, "disk", 0, "writable storage limit in MB (default 256)")
+	fs.IntVar(&f.timeoutS, "timeout", 0, timeoutHelp)
+	fs.StringArrayVar(&f.env, "env", nil, "environment variable K=V (repeatable)")
+	fs.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
+}
+
+// request returns the create request the flags describe.
+func (f *createFlags) request() (api.CreateSandboxRequest, error) {
+	env, err := parseKV("env", f.env)
+	if err != nil {
+		return api.CreateSandboxRequest{}, err
+	}
+	labels, err := parseKV("label", f.labels)
+	if err != nil {
+		return api.CreateSandboxRequest{}, err
+	}
+	if f.cpu < 0 || f.memoryMB < 0 || f.diskMB < 0 || f.timeoutS < 0 {
+		return api.CreateSandboxRequest{}, usagef("--cpu, --memory, --disk and --timeout must not be negative")
+	}
+	return api.CreateSandboxRequest{
+		Tier:     f.tier,
+		Image:    f.image,
+		CPU:      f.cpu,
+		MemoryMB: f.memoryMB,
+		DiskMB:   f.diskMB,
+		TimeoutS: f.timeoutS,
+		Env:      env,
+		Labels:   labels,
+	}, nil
+}

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/dsec-dev/dsec/api"
+)
+
+func TestNodes(t *testing.T) {
+	nodes := api.NodeList{Nodes: []api.Node{{
+		ID:    "node-a",
+		Ready: true,
+		Tiers: []api.TierInfo{
+			{Name: "function", Available: true, Accelerator: "none"},
+			{Name: "container", Available: true, Accelerator: "none"},
+			{Name: "microvm", Available: true, Accelerator: "kvm"},
+			{Name: "vm", Available: false, Reason: "no qemu"},
+		},
+		Capacity: api.Capacity{MaxSandboxes: 100},
+		Usage:    api.Usage{Sandboxes: 3},
+	}, {ID: "node-b", Tiers: []api.TierInfo{{Name: "vm", Available: true, Accelerator: "tcg"}}}}}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, nodes)
+	})
+	res := dsec(t, h, "nodes")
+	want := `ID      READY  TIERS                            SANDBOXES/MAX
+node-a  yes    function,container,microvm(kvm)  3/100
+node-b  no     vm(tcg)                          0/0
+`
+	if diff := cmp.Diff(want, res.stdout); diff != "" {
+		t.Errorf("table mismatch (-want +got):\n%s", diff)
+	}
+	res = dsec(t, h, "--json", "nodes")
+	var got api.NodeList
+	if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(nodes, got); diff != "" {
+		t.Errorf("--json mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestImages(t *testing.T) {
+	var added api.AddDirImageRequest
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/images", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, api.ImageList{Images: []api.Image{
+			{ID: "sha256:0123456789abcdef0123", Name: "python:3.12", Tiers: []string{"container", "microvm"}, Source: "dir", CreatedAt: testNow.Add(-2 * time.Hour)},
+			{ID: "img-2", Name: "wasi", Source: "builtin", CreatedAt: testNow.Add(-72 * time.Hour)},
+		}})
+	})
+	mux.HandleFunc("POST /v1/images/dir", func(w http.ResponseWriter, r *http.Request) {
+		decode(t, r, &added)
+		writeJSON(w, http.StatusCreated, api.Image{ID: "sha256:feed", Name: added.Name})
+	})
+	res := dsec(t, mux, "image", "ls")
+	want := `ID            NAME         TIERS              SOURCE   CREATED
+0123456789ab  python:3.12  container,microvm  dir      2h ago
+img-2         wasi         any                builtin  3d ago
+`
+	if diff := cmp.Diff(want, res.stdout); diff != "" {
+		t.Errorf("table mismatch (-want +got):\n%s", diff)
+	}
+
+	res = dsec(t, mux, "image", "add-dir", "py", "rel/root", "--tier", "container", "--tier", "vm")
+	abs, _ := filepath.Abs("rel/root")
+	if res.code != 0 || res.stdout != "sha256:feed\n" {
+		t.Errorf("add-dir: %+v", res)
+	}
+	if diff := cmp.Diff(api.AddDirImageRequest{Name: "py", Path: abs, Tiers: []string{"container", "vm"}}, added); diff != "" {
+		t.Errorf("request mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, api.VersionInfo{Version: "2.0.0", API: "v1", GoVersion: "go1.26.8"})
+	})
+	res := dsec(t, h, "version")
+	if res.code != 0 || res.stdout != "client: 1.0.0-test\nserver: 2.0.0 (API v1, go1.26.8)\n" {
+		t.Errorf("version: %+v", res)
+	}
+	res = dsec(t, h, "--json", "version")
+	if res.code != 0 || !strings.Contains(res.stdout, `"client": "1.0.0-test"`) || !strings.Contains(res.stdout, `"version": "2.0.0"`) {
+		t.Errorf("version --json: %+v", res)
+	}
+
+	// No server listens on the discard port.
+	res = dsec(t, nil, "--url", "http://127.0.0.1:9", "version")
+	if res.code != 0 || res.stdout != "client: 1.0.0-test\n" || !strings.HasPrefix(res.stderr, "server: unreachable") {
+		t.Errorf("version without a server: %+v", res)
+	}
+}
+
+func TestGlobalTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	start := time.Now()
+	res := dsec(t, h, "--timeout", "100ms", "nodes")
+	if res.code != exitError || time.Since(start) > 5*time.Second {
+		t.Errorf("got %+v after %v, want a quick timeout error", res, time.Since(start))
+	}
+}
