@@ -25,6 +25,8 @@ type Options struct {
 	Registry *sandbox.Registry
 	Logger   *slog.Logger
 	Version  string
+	// DataDir is where built-in images are installed (see package builtin).
+	DataDir string
 	// MaxSandboxes caps live sandboxes on this node. Default 10000.
 	MaxSandboxes int
 	// Heartbeat is the heartbeat interval. Default 2 s.
@@ -167,7 +169,7 @@ func (a *Agent) Create(ctx context.Context, req noderpc.CreateRequest) error {
 	if err != nil {
 		return err
 	}
-	img, err := resolveImage(req.Image)
+	img, err := a.resolveImage(req.Image)
 	if err != nil {
 		return err
 	}

@@ -5,15 +5,20 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dsec-dev/dsec/internal/builtin"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
 // resolveImage materialises an image on this node. Today images are host
-// directories ("dir:/abs/path"); the layer store plugs in here.
-func resolveImage(ref noderpc.ImageRef) (sandbox.Image, error) {
+// directories ("dir:/abs/path") or built-in images this node installed
+// ("builtin:name"); the layer store plugs in here.
+func (a *Agent) resolveImage(ref noderpc.ImageRef) (sandbox.Image, error) {
 	dir, ok := strings.CutPrefix(ref.Source, "dir:")
+	if name, isBuiltin := strings.CutPrefix(ref.Source, builtin.SourcePrefix); isBuiltin && a.opt.DataDir != "" {
+		dir, ok = builtin.Dir(a.opt.DataDir, name), true
+	}
 	if !ok {
 		return sandbox.Image{}, errdefs.New(errdefs.Unsupported, "image_source_unsupported", "image %s has source %q, which this node cannot load", ref.Name, ref.Source)
 	}

@@ -1,0 +1,54 @@
+# DSec build. `make up` runs DSec on this host; `make test` runs every test.
+SHELL := /bin/bash
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+export PATH := $(dir $(GO)):$(PATH)
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+BIN     := bin/dsec
+TOOLS   := internal/builtin/assets/dsectools.wasm
+DATA    ?= /var/lib/dsec
+
+.PHONY: all build up test unit race lint python bench deps-runtime deps-test clean
+
+all: build
+
+deps-runtime:
+	@scripts/deps.sh runtime
+
+deps-test:
+	@scripts/deps.sh test
+
+# The function tier's tools, compiled to WebAssembly and embedded in dsec.
+$(TOOLS): $(shell find tools/wasm -name '*.go') go.mod
+	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $@ ./tools/wasm/dsectools
+
+build: $(TOOLS)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/dsec
+
+# Runs DSec on its embedded defaults (API on 127.0.0.1:7878, data in $(DATA)).
+up: deps-runtime build
+	$(BIN) up --data-dir $(DATA)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Unit and integration tests with the race detector (privileged tests run:
+# CI is root).
+race: build
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+python: build
+	cd sdk/python && DSEC_BIN=$(CURDIR)/$(BIN) /usr/bin/python3 -m pytest -q tests
+
+test: deps-test lint race python
+	@echo "make test: all passed"
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/function/... ./internal/wasmopt/...
+	scripts/bench.sh $(BIN)
+
+clean:
+	rm -rf bin $(TOOLS)

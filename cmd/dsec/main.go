@@ -1,0 +1,22 @@
+// Command dsec is DSec's one binary: the daemon roles (up, server, node)
+// and the client commands.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/dsec-dev/dsec/internal/cli"
+	"github.com/dsec-dev/dsec/internal/daemon"
+)
+
+// Set by the build (-ldflags "-X main.version=… -X main.commit=…").
+var (
+	version = "dev"
+	commit  = ""
+)
+
+func main() {
+	root := cli.NewRoot(version, daemon.Commands(daemon.Build{Version: version, Commit: commit})...)
+	os.Exit(cli.Execute(context.Background(), root))
+}

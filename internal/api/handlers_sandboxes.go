@@ -1,0 +1,86 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	wire "github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/controlplane"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, owner string) {
+	var req wire.CreateSandboxRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.mgr.Create(r.Context(), owner, req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sb)
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, owner string) {
+	q := r.URL.Query()
+	o := controlplane.ListOptions{State: wire.State(q.Get("state")), Tier: q.Get("tier"), PageToken: q.Get("page_token")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_query", "limit must be an integer"))
+			return
+		}
+		o.Limit = n
+	}
+	for _, l := range q["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_query", "label filters are key=value, got %q", l))
+			return
+		}
+		if o.Labels == nil {
+			o.Labels = map[string]string{}
+		}
+		o.Labels[k] = v
+	}
+	list, err := s.mgr.List(owner, o)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, owner string) {
+	sb, err := s.mgr.Get(owner, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, owner string) {
+	if err := s.mgr.Delete(r.Context(), owner, r.PathValue("id"), "deleted"); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, owner string) {
+	var req wire.SetTimeoutRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.mgr.SetTimeout(r.Context(), owner, r.PathValue("id"), req.TimeoutS)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}

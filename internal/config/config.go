@@ -1,0 +1,188 @@
+// Package config is DSec's daemon configuration: a versioned TOML file,
+// DSEC_* environment variables over it, and command-line flags over both.
+// Zero values are valid: `dsec up` runs on the defaults alone.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// CurrentVersion is the config file format version this build reads.
+const CurrentVersion = 1
+
+// Config is the daemon configuration.
+type Config struct {
+	Version int    `toml:"version"`
+	DataDir string `toml:"data_dir"`
+	// KeepSandboxes leaves sandboxes running on shutdown (they are
+	// re-adopted on the next start).
+	KeepSandboxes bool   `toml:"keep_sandboxes"`
+	LogLevel      string `toml:"log_level"`
+	LogFormat     string `toml:"log_format"` // "text" or "json"
+
+	API    API    `toml:"api"`
+	NATS   NATS   `toml:"nats"`
+	Node   Node   `toml:"node"`
+	Limits Limits `toml:"limits"`
+}
+
+// API configures the REST server.
+type API struct {
+	Listen         string `toml:"listen"`
+	MaxBodyBytes   int64  `toml:"max_body_bytes"`
+	MaxFileBytes   int64  `toml:"max_file_bytes"`
+	AllowDirImages *bool  `toml:"allow_dir_images"`
+	// ShutdownGrace bounds how long in-flight requests may take to finish.
+	ShutdownGrace Duration `toml:"shutdown_grace"`
+}
+
+// NATS configures the message bus.
+type NATS struct {
+	// URL of an external NATS server (dsec server / dsec node). Empty for
+	// `dsec up`, which embeds one.
+	URL string `toml:"url"`
+	// Listen is where the embedded server accepts other nodes; "none"
+	// disables the listener.
+	Listen string `toml:"listen"`
+	// Token authenticates to NATS. The embedded server creates one in the
+	// data directory if unset.
+	Token string `toml:"token"`
+}
+
+// Node configures the node agent.
+type Node struct {
+	ID           string `toml:"id"`
+	MaxSandboxes int    `toml:"max_sandboxes"`
+	// FunctionPoolSize is the number of pre-instantiated modules kept per
+	// WebAssembly module.
+	FunctionPoolSize int `toml:"function_pool_size"`
+}
+
+// Limits are the control plane's defaults and bounds (see
+// controlplane.Limits for the defaults of zero values).
+type Limits struct {
+	DefaultTimeoutS      int               `toml:"default_timeout_s"`
+	MaxTimeoutS          int               `toml:"max_timeout_s"`
+	DefaultMemoryMB      int               `toml:"default_memory_mb"`
+	DefaultDiskMB        int               `toml:"default_disk_mb"`
+	MaxSandboxesPerToken int               `toml:"max_sandboxes_per_token"`
+	CreatesPerSecond     float64           `toml:"creates_per_second"`
+	CreateBurst          int               `toml:"create_burst"`
+	DefaultOutputBytes   int               `toml:"default_output_bytes"`
+	Retention            Duration          `toml:"retention"`
+	DefaultImages        map[string]string `toml:"default_images"`
+}
+
+// Duration is a time.Duration written as a string ("30s") in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	d.Duration = v
+	return err
+}
+
+// Defaults returns the configuration `dsec up` uses with no file, no
+// environment and no flags.
+func Defaults() Config {
+	host, _ := os.Hostname()
+	return Config{
+		Version:   CurrentVersion,
+		DataDir:   "/var/lib/dsec",
+		LogLevel:  "info",
+		LogFormat: "text",
+		API:       API{Listen: "127.0.0.1:7878", ShutdownGrace: Duration{30 * time.Second}},
+		NATS:      NATS{Listen: "127.0.0.1:7422"},
+		Node:      Node{ID: NodeIDFromHost(host)},
+	}
+}
+
+// NodeIDFromHost turns a host name into a valid node ID.
+func NodeIDFromHost(host string) string {
+	var b strings.Builder
+	for _, r := range host {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		case r == '.':
+			b.WriteRune('-')
+		}
+		if b.Len() >= 64 {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		return "node"
+	}
+	return b.String()
+}
+
+// Load reads the file at path over c. A missing file is an error only if
+// required (an explicit --config).
+func (c *Config) Load(path string, required bool) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !required {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading config: %w", err)
+	}
+	md, err := toml.Decode(string(b), c)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return fmt.Errorf("config %s: unknown setting %q", path, und[0].String())
+	}
+	if c.Version != CurrentVersion {
+		return fmt.Errorf("config %s: version = %d, this dsec reads version %d", path, c.Version, CurrentVersion)
+	}
+	return nil
+}
+
+// ApplyEnv applies DSEC_* variables over c.
+func (c *Config) ApplyEnv(getenv func(string) string) error {
+	str := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	str("DSEC_DATA_DIR", &c.DataDir)
+	str("DSEC_LISTEN", &c.API.Listen)
+	str("DSEC_NATS_URL", &c.NATS.URL)
+	str("DSEC_NATS_LISTEN", &c.NATS.Listen)
+	str("DSEC_NATS_TOKEN", &c.NATS.Token)
+	str("DSEC_NODE_ID", &c.Node.ID)
+	str("DSEC_LOG_LEVEL", &c.LogLevel)
+	str("DSEC_LOG_FORMAT", &c.LogFormat)
+	if v := getenv("DSEC_KEEP_SANDBOXES"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("DSEC_KEEP_SANDBOXES=%q: want true or false", v)
+		}
+		c.KeepSandboxes = b
+	}
+	return nil
+}
+
+// Validate checks the settings that have no safe fallback.
+func (c *Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("data_dir is empty")
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("log_format %q: want text or json", c.LogFormat)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestPrecedenceFileThenEnv(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dsec.toml")
+	os.WriteFile(path, []byte(`version = 1
+data_dir = "/from/file"
+[api]
+listen = "127.0.0.1:1"
+[limits]
+creates_per_second = 50.5
+retention = "2m"
+`), 0o644)
+	c := Defaults()
+	if err := c.Load(path, true); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DSEC_DATA_DIR": "/from/env", "DSEC_KEEP_SANDBOXES": "true"}
+	if err := c.ApplyEnv(func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "/from/env" || c.API.Listen != "127.0.0.1:1" || !c.KeepSandboxes ||
+		c.Limits.CreatesPerSecond != 50.5 || c.Limits.Retention.Minutes() != 2 {
+		t.Errorf("config = %+v", c)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "c.toml")
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	tests := []struct{ name, body, want string }{
+		{"wrong version", "version = 2\n", "version"},
+		{"unknown key", "version = 1\nbogus = 1\n", "unknown setting"},
+		{"bad toml", "version = \n", "config"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Defaults()
+			err := c.Load(write(tt.body), true)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Load = %v, want error containing %q", err, tt.want)
+			}
+		})
+	}
+	c := Defaults()
+	if err := c.Load(filepath.Join(dir, "missing.toml"), false); err != nil {
+		t.Errorf("optional missing file: %v", err)
+	}
+	if err := c.Load(filepath.Join(dir, "missing.toml"), true); err == nil {
+		t.Error("required missing file accepted")
+	}
+	if err := c.ApplyEnv(func(k string) string { return map[string]string{"DSEC_KEEP_SANDBOXES": "maybe"}[k] }); err == nil {
+		t.Error("bad bool accepted")
+	}
+}
+
+func TestNodeIDFromHost(t *testing.T) {
+	for in, want := range map[string]string{"host.example.com": "host-example-com", "": "node", "a b": "ab"} {
+		if got := NodeIDFromHost(in); got != want {
+			t.Errorf("NodeIDFromHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

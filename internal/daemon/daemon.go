@@ -1,0 +1,317 @@
+// Package daemon assembles DSec's long-running roles from their parts:
+// `up` (everything on one host over an embedded NATS server), `server`
+// (API and control plane) and `node` (node agent), the latter two joined
+// by an external NATS. Each role is built in stages with a cleanup stack,
+// runs until its context ends, then shuts down in order: in-flight
+// requests finish, sandboxes are destroyed unless kept, NATS flushes.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	wire "github.com/dsec-dev/dsec/api"
+	apiserver "github.com/dsec-dev/dsec/internal/api"
+	"github.com/dsec-dev/dsec/internal/auth"
+	"github.com/dsec-dev/dsec/internal/cleanup"
+	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/controlplane"
+	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/natsbus"
+	"github.com/dsec-dev/dsec/internal/node"
+	"github.com/dsec-dev/dsec/internal/noderpc"
+	"github.com/dsec-dev/dsec/internal/store"
+)
+
+// Role is what a daemon process runs.
+type Role int
+
+const (
+	RoleUp Role = iota
+	RoleServer
+	RoleNode
+)
+
+// Build identifies this build.
+type Build struct {
+	Version string
+	Commit  string
+}
+
+// AddrFile is written in the data directory with the API's actual
+// address once it listens (useful with listen port 0).
+const AddrFile = "api.addr"
+
+// Run runs role until ctx ends, then shuts down. ready, if not nil, is
+// called once the daemon serves.
+func Run(ctx context.Context, role Role, cfg config.Config, build Build, log *slog.Logger, ready func(Info)) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("creating data directory: %w", err)
+	}
+	d := &daemon{cfg: cfg, build: build, log: log, role: role}
+	var cu cleanup.Stack
+	defer cu.Clean()
+	if err := d.start(ctx, &cu); err != nil {
+		return err
+	}
+	if ready != nil {
+		ready(d.info)
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	cu.Clean()
+	log.Info("stopped")
+	return nil
+}
+
+// Info describes a running daemon.
+type Info struct {
+	APIURL    string
+	TokenFile string
+	// TokenCreated is set when this start created the token.
+	TokenCreated bool
+	NATSURL      string
+	NodeID       string
+}
+
+type daemon struct {
+	cfg   config.Config
+	build Build
+	log   *slog.Logger
+	role  Role
+	info  Info
+
+	nc    *nats.Conn
+	st    *store.Store
+	agent *node.Agent
+	mgr   *controlplane.Manager
+}
+
+func (d *daemon) start(ctx context.Context, cu *cleanup.Stack) error {
+	if err := d.startBus(ctx, cu); err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, d.nc, store.Options{})
+	if err != nil {
+		return err
+	}
+	d.st = st
+	cu.Add(func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := st.FlushEvents(fctx); err != nil {
+			d.log.Warn("flushing events", "err", err)
+		}
+	})
+	images := image.New(st)
+	if d.role != RoleServer {
+		if err := d.installBuiltinImages(ctx, images); err != nil {
+			return err
+		}
+		if err := d.startNode(ctx, cu); err != nil {
+			return err
+		}
+	}
+	if d.role != RoleNode {
+		if err := d.startServer(ctx, cu, images); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startBus starts the embedded NATS server (up) or dials the configured
+// one (server, node).
+func (d *daemon) startBus(ctx context.Context, cu *cleanup.Stack) error {
+	name := fmt.Sprintf("dsec-%s-%s", d.roleName(), d.cfg.Node.ID)
+	if d.role != RoleUp {
+		if d.cfg.NATS.URL == "" {
+			return errors.New("dsec server and dsec node need a NATS URL (--nats-url or DSEC_NATS_URL)")
+		}
+		nc, err := natsbus.Dial(ctx, d.cfg.NATS.URL, d.cfg.NATS.Token, name)
+		if err != nil {
+			return err
+		}
+		d.nc = nc
+		d.info.NATSURL = d.cfg.NATS.URL
+		cu.Add(func() { d.drain(nc) })
+		return nil
+	}
+	token := d.cfg.NATS.Token
+	if token == "" {
+		tok, _, err := auth.LoadOrCreateAt(filepath.Join(d.cfg.DataDir, "nats.token"))
+		if err != nil {
+			return err
+		}
+		token = tok
+	}
+	listen := d.cfg.NATS.Listen
+	if listen == "none" {
+		listen = ""
+	}
+	srv, err := natsbus.Start(ctx, natsbus.Options{
+		StoreDir: filepath.Join(d.cfg.DataDir, "nats"), Listen: listen, Token: token, Logger: d.log,
+	})
+	if err != nil {
+		return err
+	}
+	cu.Add(srv.Shutdown)
+	d.info.NATSURL = srv.ClientURL()
+	nc, err := srv.Connect(name)
+	if err != nil {
+		return fmt.Errorf("connecting to the embedded NATS server: %w", err)
+	}
+	d.nc = nc
+	cu.Add(func() { d.drain(nc) })
+	return nil
+}
+
+// drain flushes what the connection still holds before closing it.
+func (d *daemon) drain(nc *nats.Conn) {
+	done := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(done) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		nc.Close()
+	}
+}
+
+func (d *daemon) roleName() string {
+	return [...]string{"up", "server", "node"}[d.role]
+}
+
+func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack) error {
+	reg, closeRuntimes, err := d.runtimes(ctx)
+	if err != nil {
+		return err
+	}
+	cu.Add(closeRuntimes)
+	agent, err := node.New(node.Options{
+		ID: d.cfg.Node.ID, Registry: reg, Logger: d.log, Version: d.build.Version, MaxSandboxes: d.cfg.Node.MaxSandboxes,
+		DataDir: d.cfg.DataDir,
+	})
+	if err != nil {
+		return err
+	}
+	if err := agent.Start(ctx, d.nc, d.st); err != nil {
+		return err
+	}
+	d.agent = agent
+	d.info.NodeID = agent.ID()
+	cu.Add(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if d.role == RoleNode && !d.cfg.KeepSandboxes {
+			agent.DestroyAll(sctx)
+		}
+		agent.Stop(sctx, d.st)
+	})
+	return nil
+}
+
+func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *image.Registry) error {
+	token, created, err := auth.LoadOrCreate(d.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	d.info.TokenFile = filepath.Join(d.cfg.DataDir, auth.TokenFile)
+	d.info.TokenCreated = created
+	lim := d.cfg.Limits
+	var m *controlplane.Manager
+	met := metrics.New(func() map[[2]string]int {
+		if m == nil {
+			return nil
+		}
+		return m.Counts()
+	})
+	defaults := map[string]string{wire.TierFunction: BuiltinFunctionImage}
+	for k, v := range lim.DefaultImages {
+		defaults[k] = v
+	}
+	m = controlplane.New(controlplane.Options{
+		Store: d.st, Nodes: noderpc.NewClient(d.nc), Images: images, Logger: d.log, Observer: met,
+		Limits: controlplane.Limits{
+			DefaultImages: defaults, DefaultTimeoutS: lim.DefaultTimeoutS, MaxTimeoutS: lim.MaxTimeoutS,
+			DefaultMemoryMB: lim.DefaultMemoryMB, DefaultDiskMB: lim.DefaultDiskMB,
+			MaxSandboxesPerOwner: lim.MaxSandboxesPerToken, CreatesPerSecond: lim.CreatesPerSecond,
+			CreateBurst: lim.CreateBurst, DefaultOutputBytes: lim.DefaultOutputBytes,
+			MaxFileBytes: d.cfg.API.MaxFileBytes, Retention: lim.Retention.Duration,
+		},
+	})
+	if err := m.Start(ctx); err != nil {
+		return err
+	}
+	d.mgr = m
+	cu.Add(m.Stop)
+	if d.role == RoleUp && !d.cfg.KeepSandboxes {
+		// Runs after the API has stopped taking requests (the stack
+		// unwinds in reverse) and before the node agent stops.
+		cu.Add(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			m.DestroyAll(sctx, d.agent.ID(), "shutdown")
+		})
+	}
+	allowDir := d.role == RoleUp
+	if d.cfg.API.AllowDirImages != nil {
+		allowDir = *d.cfg.API.AllowDirImages
+	}
+	srv := apiserver.New(apiserver.Options{
+		Manager: m, Images: images, Auth: auth.NewChecker(token), Metrics: met, Logger: d.log,
+		Version:      wire.VersionInfo{Version: d.build.Version, Commit: d.build.Commit, GoVersion: runtime.Version(), API: wire.Version},
+		MaxBodyBytes: d.cfg.API.MaxBodyBytes, MaxFileBytes: d.cfg.API.MaxFileBytes, AllowDirImages: allowDir,
+	})
+	ln, err := net.Listen("tcp", d.cfg.API.Listen)
+	if err != nil {
+		return fmt.Errorf("API listen: %w", err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("API server", "err", err)
+		}
+	}()
+	addr := ln.Addr().String()
+	d.info.APIURL = "http://" + addr
+	addrFile := filepath.Join(d.cfg.DataDir, AddrFile)
+	if err := os.WriteFile(addrFile, []byte(addr+"\n"), 0o644); err != nil {
+		hs.Close()
+		return fmt.Errorf("writing %s: %w", addrFile, err)
+	}
+	cu.Add(func() {
+		os.Remove(addrFile)
+		grace := d.cfg.API.ShutdownGrace.Duration
+		if grace == 0 {
+			grace = 30 * time.Second
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if err := hs.Shutdown(sctx); err != nil {
+			d.log.Warn("API shutdown: closing remaining connections", "err", err)
+			hs.Close()
+		}
+		<-served
+	})
+	return nil
+}

@@ -1,0 +1,121 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/client"
+	"github.com/dsec-dev/dsec/internal/auth"
+	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/testenv"
+)
+
+// up is a `dsec up` running in this test process on a temporary data
+// directory, with a client for its API.
+type up struct {
+	t      *testing.T
+	dir    string
+	cfg    config.Config
+	info   Info
+	c      *client.Client
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startUp runs `dsec up` in dir (a fresh temp dir if empty) with the
+// test's adjustments to the configuration.
+func startUp(t *testing.T, dir string, adjust func(*config.Config)) *up {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	cfg := config.Defaults()
+	cfg.DataDir = dir
+	cfg.API.Listen = "127.0.0.1:0"
+	cfg.NATS.Listen = "none"
+	cfg.Node.ID = "test-node"
+	cfg.LogLevel = "warn"
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	u := &up{t: t, dir: dir, cfg: cfg, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	u.cancel = cancel
+	ready := make(chan Info, 1)
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() {
+		u.done <- Run(ctx, RoleUp, cfg, Build{Version: "test"}, log, func(i Info) { ready <- i })
+	}()
+	select {
+	case u.info = <-ready:
+	case err := <-u.done:
+		t.Fatalf("dsec up exited: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("dsec up did not become ready")
+	}
+	tok, err := auth.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.c, err = client.New(u.info.APIURL, tok); err != nil {
+		t.Fatal(err)
+	}
+	u.waitHealthy()
+	t.Cleanup(func() {
+		u.stop()
+		testenv.NoMountsUnder(t, dir)
+	})
+	return u
+}
+
+func (u *up) waitHealthy() {
+	u.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := u.c.Health(context.Background())
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			u.t.Fatalf("not healthy: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop shuts the daemon down and waits; it is idempotent.
+func (u *up) stop() {
+	if u.cancel == nil {
+		return
+	}
+	u.cancel()
+	u.cancel = nil
+	select {
+	case err := <-u.done:
+		if err != nil {
+			u.t.Errorf("dsec up: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		u.t.Error("dsec up did not stop")
+	}
+}
+
+// testWriter sends daemon logs to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// workspaceDir is where the function tier keeps a sandbox's workspace.
+func (u *up) workspaceDir(id string) string {
+	return filepath.Join(u.dir, "node", "function", "sandboxes", id, "workspace")
+}
+
+func isClass(err error, target error) bool { return errors.Is(err, target) }

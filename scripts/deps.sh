@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages DSec needs, only those missing.
+#   scripts/deps.sh runtime   what `dsec up` needs
+#   scripts/deps.sh test      what `make test` needs on top
+set -euo pipefail
+
+runtime=(ca-certificates)
+test=(python3 python3-httpx python3-pytest python3-pytest-asyncio wabt)
+
+want=("${runtime[@]}")
+if [ "${1:-runtime}" = test ]; then
+	want+=("${test[@]}")
+fi
+
+missing=()
+for p in "${want[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps: missing Debian packages: ${missing[*]} (run as root, or install them)" >&2
+	exit 1
+fi
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
