@@ -85,20 +85,23 @@ func readNDJSON(r io.Reader, fn func(api.ExecEvent) error) (*api.ExecResult, err
 		if errors.Is(err, bufio.ErrBufferFull) {
 			line, err = readLongLine(br, line)
 		}
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("reading command stream: %w", err)
+		}
 		if line = bytes.TrimSpace(line); len(line) > 0 {
 			var ev api.ExecEvent
 			if uerr := json.Unmarshal(line, &ev); uerr != nil {
+				if err == io.EOF { // a line cut short
+					return nil, fmt.Errorf("%w: %w", errNoExit, io.ErrUnexpectedEOF)
+				}
 				return nil, fmt.Errorf("decoding command event: %w", uerr)
 			}
 			if res, done, herr := handleEvent(&ev, fn); done || herr != nil {
 				return res, herr
 			}
 		}
-		switch {
-		case err == io.EOF:
+		if err == io.EOF {
 			return nil, fmt.Errorf("%w: %w", errNoExit, io.ErrUnexpectedEOF)
-		case err != nil:
-			return nil, fmt.Errorf("reading command stream: %w", err)
 		}
 	}
 }

@@ -155,9 +155,31 @@ func TestReadNDJSONBadLine(t *testing.T) {
 	}
 }
 
+func TestReadNDJSONLineCutShort(t *testing.T) {
+	_, err := readNDJSON(strings.NewReader("{\"type\":\"start\"}\n{\"type\":\"std"), nil)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("readNDJSON error = %v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
 func TestReadNDJSONLastLineWithoutNewline(t *testing.T) {
 	res, err := readNDJSON(strings.NewReader("\n{\"type\":\"exit\",\"result\":{\"exit_code\":0}}"), nil)
 	if err != nil || res == nil {
 		t.Fatalf("readNDJSON = %v, %v; want the exit result", res, err)
 	}
+}
+
+// FuzzReadNDJSON feeds the stream parser arbitrary server output: it must
+// return a result or an error, never panic or hang.
+func FuzzReadNDJSON(f *testing.F) {
+	f.Add("{\"type\":\"start\"}\n{\"type\":\"stdout\",\"data\":\"x\"}\n{\"type\":\"exit\",\"result\":{\"exit_code\":0}}\n")
+	f.Add("{\"type\":\"error\",\"error\":{\"code\":\"c\",\"message\":\"m\"}}")
+	f.Add("{\"type\":\"exit\"}\n")
+	f.Add("\n\n{")
+	f.Fuzz(func(t *testing.T, s string) {
+		res, err := readNDJSON(strings.NewReader(s), func(api.ExecEvent) error { return nil })
+		if (res == nil) == (err == nil) {
+			t.Fatalf("readNDJSON = %v, %v; want exactly one of them", res, err)
+		}
+	})
 }
