@@ -5,6 +5,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ type Client struct {
 	retries int
 	timeout time.Duration
 	bufs    sync.Pool // *bytes.Buffer for response bodies
+	lines   sync.Pool // *bufio.Reader for command streams
 }
 
 // Option configures a Client.
@@ -101,6 +103,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 		retries: o.retries,
 		timeout: o.timeout,
 		bufs:    sync.Pool{New: func() any { return new(bytes.Buffer) }},
+		lines:   sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }},
 	}
 	if token != "" {
 		c.auth = []string{"Bearer " + token}

@@ -68,7 +68,13 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 		return nil, err
 	}
 	defer resp.Body.Close()
-	res, err := readNDJSON(resp.Body, fn)
+	br := c.lines.Get().(*bufio.Reader)
+	br.Reset(resp.Body)
+	defer func() {
+		br.Reset(nil)
+		c.lines.Put(br)
+	}()
+	res, err := readNDJSON(br, fn)
 	if err == nil {
 		// Let the connection be reused: the server ends the body after exit.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
@@ -78,8 +84,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 
 // readNDJSON reads events, one JSON object a line, until an exit or error
 // event.
-func readNDJSON(r io.Reader, fn func(api.ExecEvent) error) (*api.ExecResult, error) {
-	br := bufio.NewReaderSize(r, 16<<10)
+func readNDJSON(br *bufio.Reader, fn func(api.ExecEvent) error) (*api.ExecResult, error) {
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -149,21 +150,21 @@ func TestExecStreamHTTPError(t *testing.T) {
 }
 
 func TestReadNDJSONBadLine(t *testing.T) {
-	_, err := readNDJSON(strings.NewReader("{\"type\":\"start\"}\nnot json\n"), nil)
+	_, err := readNDJSON(bufio.NewReader(strings.NewReader("{\"type\":\"start\"}\nnot json\n")), nil)
 	if err == nil || !strings.Contains(err.Error(), "decoding command event") {
 		t.Fatalf("readNDJSON error = %v, want a decoding error", err)
 	}
 }
 
 func TestReadNDJSONLineCutShort(t *testing.T) {
-	_, err := readNDJSON(strings.NewReader("{\"type\":\"start\"}\n{\"type\":\"std"), nil)
+	_, err := readNDJSON(bufio.NewReader(strings.NewReader("{\"type\":\"start\"}\n{\"type\":\"std")), nil)
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("readNDJSON error = %v, want io.ErrUnexpectedEOF", err)
 	}
 }
 
 func TestReadNDJSONLastLineWithoutNewline(t *testing.T) {
-	res, err := readNDJSON(strings.NewReader("\n{\"type\":\"exit\",\"result\":{\"exit_code\":0}}"), nil)
+	res, err := readNDJSON(bufio.NewReader(strings.NewReader("\n{\"type\":\"exit\",\"result\":{\"exit_code\":0}}")), nil)
 	if err != nil || res == nil {
 		t.Fatalf("readNDJSON = %v, %v; want the exit result", res, err)
 	}
@@ -177,7 +178,7 @@ func FuzzReadNDJSON(f *testing.F) {
 	f.Add("{\"type\":\"exit\"}\n")
 	f.Add("\n\n{")
 	f.Fuzz(func(t *testing.T, s string) {
-		res, err := readNDJSON(strings.NewReader(s), func(api.ExecEvent) error { return nil })
+		res, err := readNDJSON(bufio.NewReader(strings.NewReader(s)), func(api.ExecEvent) error { return nil })
 		if (res == nil) == (err == nil) {
 			t.Fatalf("readNDJSON = %v, %v; want exactly one of them", res, err)
 		}
