@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 
+	"github.com/dsec-dev/dsec/internal/bench"
 	"github.com/dsec-dev/dsec/internal/cli"
 	"github.com/dsec-dev/dsec/internal/daemon"
 )
@@ -17,6 +18,7 @@ var (
 )
 
 func main() {
-	root := cli.NewRoot(version, daemon.Commands(daemon.Build{Version: version, Commit: commit})...)
+	extra := append(daemon.Commands(daemon.Build{Version: version, Commit: commit}), bench.Command())
+	root := cli.NewRoot(version, extra...)
 	os.Exit(cli.Execute(context.Background(), root))
 }
