@@ -1,0 +1,228 @@
+package function
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// defaultTimeout applies to requests without a timeout.
+const defaultTimeout = 60 * time.Second
+
+// Exec implements sandbox.Sandbox. argv[0] names a module: a tool name
+// runs /bin/<name>.wasm of the image; a path ending in .wasm runs that
+// module, from the image or from /workspace. The module sees argv
+// unchanged, the spec's environment overlaid by the request's, PWD set to
+// the working directory (default /workspace), and the image at / with the
+// workspace at /workspace.
+//
+// A trap ends the call with exit code -1 and Error "wasm trap: …"; the
+// timeout with TimedOut and Error "timeout". If ctx ends first, Exec
+// returns an error wrapping ctx.Err(). A missing tool is an error of class
+// NotFound (code tool_not_found).
+func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecResult, error) {
+	if err := s.enter(); err != nil {
+		return api.ExecResult{}, err
+	}
+	defer s.ops.leave()
+	if !s.rt.calls.enter() {
+		return api.ExecResult{}, errClosed()
+	}
+	defer s.rt.calls.leave()
+
+	argv, err := sandbox.Argv(Tier, s.rt.Capabilities(), &req)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	cwd, err := workingDir(req.Cwd)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	env, err := s.environ(req.Env, cwd)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	for _, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return api.ExecResult{}, errdefs.New(errdefs.Invalid, "invalid_command", "an argument contains a NUL byte")
+		}
+	}
+	timeout := defaultTimeout
+	if req.TimeoutS > 0 {
+		timeout = time.Duration(req.TimeoutS * float64(time.Second))
+	}
+
+	start := time.Now()
+	m, err := s.module(ctx, argv[0], cwd)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	defer s.rt.mods.done(m)
+	s.running.Add(1)
+	defer func() {
+		s.running.Add(-1)
+		s.busyNanos.Add(int64(time.Since(start)))
+	}()
+
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
+
+	inst, hit, err := m.pool.get()
+	s.rt.metrics.calls.Add(1)
+	if hit {
+		s.rt.metrics.hits.Add(1)
+	} else {
+		s.rt.metrics.misses.Add(1)
+	}
+	if err != nil {
+		return api.ExecResult{}, errdefs.Wrap(errdefs.Invalid, "invalid_module", err, "instantiating %s", argv[0])
+	}
+	defer inst.close()
+
+	stdout := sandbox.NewCapture(req.MaxOutputBytes, req.Stdout, true)
+	stderr := sandbox.NewCapture(req.MaxOutputBytes, req.Stderr, true)
+	stdin, stopStdin := callStdin(&req, cctx.Done())
+	defer stopStdin()
+	inst.stdin.r = stdin
+	inst.stdout.w = stdout
+	inst.stderr.w = stderr
+	inst.root.FS = s.img.fs
+	inst.work.FS = s.workFS
+	inst.sleep.done = cctx.Done()
+	if inst.mem != nil {
+		limit := uint64(s.spec.MemoryMB) << 20
+		if s.spec.MemoryMB <= 0 {
+			limit = maxMemoryPages * pageSize
+		}
+		if !inst.mem.checkout(limit, &s.memBytes) {
+			return api.ExecResult{}, errdefs.New(errdefs.TooLarge, "memory_limit",
+				"%s needs %d MiB of memory to start; the sandbox allows %d MiB", argv[0], inst.mem.size()>>20, limit>>20)
+		}
+	}
+
+	_, err = inst.start.Call(context.WithValue(cctx, callKey{}, newCallArgs(argv, env)))
+	inst.close() // frees the memory before the result is built
+
+	res := api.ExecResult{DurationMS: max(float64(time.Since(start).Microseconds())/1000, 0.001)}
+	res.Stdout, res.StdoutTruncated = stdout.Result()
+	res.Stderr, res.StderrTruncated = stderr.Result()
+	var exit *sys.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return api.ExecResult{}, fmt.Errorf("running %s: %w", argv[0], ctx.Err())
+	case s.life.Err() != nil:
+		res.ExitCode, res.Error = -1, "killed"
+	case cctx.Err() != nil:
+		res.ExitCode, res.TimedOut, res.Error = -1, true, "timeout"
+	case err == nil:
+	case errors.As(err, &exit):
+		res.ExitCode = int(exit.ExitCode())
+	default:
+		res.ExitCode, res.Error = -1, "wasm trap: "+trapMessage(err)
+	}
+	return res, nil
+}
+
+// trapMessage is the first line of a wazero runtime error, without its
+// "wasm error: " prefix.
+func trapMessage(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return strings.TrimPrefix(msg, "wasm error: ")
+}
+
+// workingDir resolves a request's working directory; default /workspace,
+// relative paths are taken relative to it.
+func workingDir(cwd string) (string, error) {
+	switch {
+	case cwd == "":
+		return FileRoot, nil
+	case path.IsAbs(cwd):
+		return sandbox.CleanPath("/", cwd)
+	default:
+		return sandbox.CleanPath(FileRoot, cwd)
+	}
+}
+
+// environ is the call's environment: the spec's, overlaid by the
+// request's, with PWD set to the working directory (Go's wasip1 runtime
+// takes its working directory from PWD). It is sorted.
+func (s *Sandbox) environ(reqEnv map[string]string, cwd string) ([]string, error) {
+	merged := make(map[string]string, len(s.spec.Env)+len(reqEnv)+1)
+	for _, m := range []map[string]string{s.spec.Env, reqEnv} {
+		for k, v := range m {
+			if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+				return nil, errdefs.New(errdefs.Invalid, "invalid_env", "environment variable %q is not valid", k)
+			}
+			merged[k] = v
+		}
+	}
+	merged["PWD"] = cwd
+	env := make([]string, 0, len(merged))
+	for k, v := range merged {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	return env, nil
+}
+
+// module resolves argv[0] to a compiled module.
+func (s *Sandbox) module(ctx context.Context, name, cwd string) (*module, error) {
+	p := name
+	switch {
+	case !strings.Contains(name, "/") && !strings.HasSuffix(name, ".wasm"):
+		p = "/bin/" + name + ".wasm"
+	case !path.IsAbs(name):
+		p = path.Join(cwd, name)
+	}
+	clean, err := sandbox.CleanPath("/", p)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasSuffix(clean, ".wasm") {
+		return nil, errdefs.New(errdefs.NotFound, "tool_not_found",
+			"%q is not a tool of image %s: give a tool name (bin/<name>.wasm) or the path of a .wasm module", name, s.imageName())
+	}
+	root, rel, key := s.img.root, strings.TrimPrefix(clean, "/"), s.img.path+clean
+	if sandbox.Within(FileRoot, clean) {
+		rel = sandbox.RelPath(FileRoot, clean)
+		root, key = s.work, s.workDir+"/"+rel
+	}
+	m, err := s.rt.mods.load(ctx, root, rel, key, clean)
+	var (
+		de *errdefs.Error
+		pe *fs.PathError
+	)
+	switch {
+	case err == nil:
+		return m, nil
+	case errors.As(err, &de):
+		return nil, err
+	case isNotExist(err):
+		return nil, errdefs.Wrap(errdefs.NotFound, "tool_not_found", err, "tool %q not found in image %s (looked for %s)", name, s.imageName(), clean)
+	case errors.As(err, &pe):
+		// For instance a symlink leaving the tree, which os.Root refuses.
+		return nil, errdefs.Wrap(errdefs.NotFound, "tool_not_found", err, "tool %q cannot be opened in image %s (%s)", name, s.imageName(), clean)
+	}
+	return nil, err
+}
+
+func (s *Sandbox) imageName() string {
+	switch {
+	case s.spec.Image.Name != "":
+		return s.spec.Image.Name
+	case s.spec.Image.ID != "":
+		return s.spec.Image.ID
+	}
+	return s.spec.Image.Root
+}

@@ -1,0 +1,167 @@
+package function
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
+)
+
+// instantiateTimeout bounds an instantiation (a module's start section).
+const instantiateTimeout = 10 * time.Second
+
+// pool keeps up to Options.PoolSize instances of one module ready. A
+// refiller goroutine tops it up after every checkout and releases the
+// ready instances when the pool has gone unused for Options.PoolIdle. It
+// is safe for concurrent use; stop ends the goroutine.
+type pool struct {
+	rt    *Runtime
+	m     *module
+	ready chan *instance
+	kick  chan struct{}
+	quit  chan struct{}
+	done  chan struct{}
+	used  atomic.Int64 // unix nanoseconds of the last checkout
+	once  sync.Once
+}
+
+func newPool(rt *Runtime, m *module) *pool {
+	p := &pool{
+		rt:    rt,
+		m:     m,
+		ready: make(chan *instance, rt.opts.PoolSize),
+		kick:  make(chan struct{}, 1),
+		quit:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	if rt.opts.PoolSize > 0 {
+		go p.run()
+	} else {
+		close(p.done)
+	}
+	return p
+}
+
+// get checks out an instance: a ready one if there is one, else a new one
+// made on the caller's time. hit says which.
+func (p *pool) get() (inst *instance, hit bool, err error) {
+	p.used.Store(time.Now().UnixNano())
+	select {
+	case inst = <-p.ready:
+		hit = true
+	default:
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	if hit {
+		return inst, true, nil
+	}
+	inst, err = p.instantiate()
+	return inst, false, err
+}
+
+func (p *pool) run() {
+	defer close(p.done)
+	idle := time.NewTicker(p.rt.opts.PoolIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-p.quit:
+			p.drain()
+			return
+		case <-p.kick:
+			p.fill()
+		case <-idle.C:
+			if time.Since(time.Unix(0, p.used.Load())) >= p.rt.opts.PoolIdle {
+				p.drain()
+			}
+		}
+	}
+}
+
+// fill instantiates until the pool is full or stopping.
+func (p *pool) fill() {
+	for len(p.ready) < cap(p.ready) {
+		inst, err := p.instantiate()
+		if err != nil {
+			// The call path will instantiate and report the error.
+			p.rt.log.Warn("function pool: instantiating", "module", fmt.Sprintf("%x", p.m.digest[:8]), "err", err)
+			return
+		}
+		select {
+		case p.ready <- inst:
+		case <-p.quit:
+			inst.close()
+			return
+		}
+	}
+}
+
+func (p *pool) drain() {
+	for {
+		select {
+		case inst := <-p.ready:
+			inst.close()
+		default:
+			return
+		}
+	}
+}
+
+// stop ends the refiller and closes the ready instances.
+func (p *pool) stop() {
+	p.once.Do(func() { close(p.quit) })
+	<-p.done
+	p.drain()
+}
+
+// instantiate makes an instance whose start function has not run.
+func (p *pool) instantiate() (*instance, error) {
+	inst := newInstance()
+	fsc := wazero.NewFSConfig().(sysfs.FSConfig).WithSysFSMount(&inst.root, "/").
+		(sysfs.FSConfig).WithSysFSMount(&inst.work, FileRoot)
+	cfg := p.rt.baseConfig().
+		WithStdin(&inst.stdin).
+		WithStdout(&inst.stdout).
+		WithStderr(&inst.stderr).
+		WithFSConfig(fsc).
+		WithNanosleep(inst.sleep.sleep)
+	ctx, cancel := context.WithTimeout(p.rt.life, instantiateTimeout)
+	defer cancel()
+	ctx = experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
+		inst.mem = p.rt.mem.allocate(max)
+		return inst.mem
+	}))
+	mod, err := p.rt.wz.InstantiateModule(ctx, p.m.compiled, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.rt.metrics.instantiations.Add(1)
+	inst.mod = mod
+	if inst.start = mod.ExportedFunction("_start"); inst.start == nil {
+		inst.close()
+		return nil, fmt.Errorf("module %x has no _start", p.m.digest[:8])
+	}
+	return inst, nil
+}
+
+var baseConfig = sync.OnceValue(func() wazero.ModuleConfig {
+	return wazero.NewModuleConfig().
+		WithName(""). // anonymous: instances of a module may coexist
+		WithStartFunctions().
+		WithSysWalltime().
+		WithSysNanotime().
+		WithOsyield(runtime.Gosched).
+		WithRandSource(rand.Reader)
+})
+
+func (r *Runtime) baseConfig() wazero.ModuleConfig { return baseConfig() }
