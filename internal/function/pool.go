@@ -127,8 +127,8 @@ func (p *pool) stop() {
 // instantiate makes an instance whose start function has not run.
 func (p *pool) instantiate() (*instance, error) {
 	inst := newInstance()
-	fsc := wazero.NewFSConfig().(sysfs.FSConfig).WithSysFSMount(&inst.root, "/").
-		(sysfs.FSConfig).WithSysFSMount(&inst.work, FileRoot)
+	fsc := wazero.NewFSConfig().(sysfs.FSConfig).WithSysFSMount(&inst.root, "/")
+	fsc = fsc.(sysfs.FSConfig).WithSysFSMount(&inst.work, FileRoot)
 	cfg := p.rt.baseConfig().
 		WithStdin(&inst.stdin).
 		WithStdout(&inst.stdout).
