@@ -16,8 +16,14 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 )
 
-// defaultTimeout applies to requests without a timeout.
-const defaultTimeout = 60 * time.Second
+const (
+	// defaultTimeout applies to requests without a timeout.
+	defaultTimeout = 60 * time.Second
+	// imageTrust is how long a module file of an image is used without
+	// checking whether it changed. Images are read-only trees; the check
+	// only catches an operator replacing one in place.
+	imageTrust = time.Second
+)
 
 // Exec implements sandbox.Sandbox. argv[0] names a module: a tool name
 // runs /bin/<name>.wasm of the image; a path ending in .wasm runs that
@@ -193,12 +199,12 @@ func (s *Sandbox) module(ctx context.Context, name, cwd string) (*module, error)
 		return nil, errdefs.New(errdefs.NotFound, "tool_not_found",
 			"%q is not a tool of image %s: give a tool name (bin/<name>.wasm) or the path of a .wasm module", name, s.imageName())
 	}
-	root, rel, key := s.img.root, strings.TrimPrefix(clean, "/"), s.img.path+clean
+	root, rel, key, trust := s.img.root, strings.TrimPrefix(clean, "/"), s.img.path+clean, imageTrust
 	if sandbox.Within(FileRoot, clean) {
 		rel = sandbox.RelPath(FileRoot, clean)
-		root, key = s.work, s.workDir+"/"+rel
+		root, key, trust = s.work, s.workDir+"/"+rel, 0
 	}
-	m, err := s.rt.mods.load(ctx, root, rel, key, clean)
+	m, err := s.rt.mods.load(ctx, root, rel, key, clean, trust)
 	var (
 		de *errdefs.Error
 		pe *fs.PathError

@@ -48,12 +48,12 @@ func fileError(abs string, err error) error {
 		return errdefs.Wrap(errdefs.TooLarge, "workspace_full", err, "the workspace is full")
 	case isNotExist(err):
 		return errdefs.Wrap(errdefs.NotFound, "file_not_found", err, "%s does not exist", abs)
+	case errors.Is(err, syscall.ENOTEMPTY): // before ErrExist, which it matches
+		return errdefs.Wrap(errdefs.Conflict, "directory_not_empty", err, "%s is a directory that is not empty", abs)
 	case errors.Is(err, fs.ErrExist):
 		return errdefs.Wrap(errdefs.Conflict, "file_exists", err, "%s already exists", abs)
 	case errors.Is(err, syscall.EISDIR):
 		return errdefs.Wrap(errdefs.Invalid, "is_a_directory", err, "%s is a directory", abs)
-	case errors.Is(err, syscall.ENOTEMPTY):
-		return errdefs.Wrap(errdefs.Conflict, "directory_not_empty", err, "%s is a directory that is not empty", abs)
 	case errors.Is(err, os.ErrClosed):
 		return errdefs.Wrap(errdefs.NotFound, "sandbox_not_found", err, "the sandbox is gone")
 	case errors.Is(err, fs.ErrPermission):

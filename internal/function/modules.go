@@ -51,8 +51,9 @@ func fileIDOf(fi fs.FileInfo) fileID {
 }
 
 type fileEntry struct {
-	id     fileID
-	digest digest
+	id      fileID
+	digest  digest
+	checked int64 // unix nanoseconds of the last stat
 }
 
 type loading struct {
@@ -86,13 +87,29 @@ func newModuleCache(rt *Runtime) *moduleCache {
 }
 
 // load returns the compiled module in file rel of root; key names the file
-// on the host and name in messages. The caller must call done on the
-// module when its call ends.
+// on the host and name in messages. A file whose identity was checked less
+// than trust ago is not checked again (images are read-only trees, and a
+// stat through os.Root costs a syscall per path element); pass 0 for files
+// that may change at any time. The caller must call done on the module
+// when its call ends.
 //
 // Errors: fs.ErrNotExist (unwrapped, for the caller to explain) when there
 // is no such file; class Invalid for a file that is not a WASI command;
 // TooLarge past maxModuleSize.
-func (c *moduleCache) load(ctx context.Context, root *os.Root, rel, key, name string) (*module, error) {
+func (c *moduleCache) load(ctx context.Context, root *os.Root, rel, key, name string, trust time.Duration) (*module, error) {
+	now := time.Now().UnixNano()
+	if trust > 0 {
+		c.mu.Lock()
+		if e, ok := c.files[key]; ok && now-e.checked < int64(trust) {
+			if m := c.mods[e.digest]; m != nil {
+				m.inflight.Add(1)
+				c.mu.Unlock()
+				m.lastUsed.Store(now)
+				return m, nil
+			}
+		}
+		c.mu.Unlock()
+	}
 	fi, err := root.Stat(rel)
 	if err != nil {
 		return nil, err
@@ -105,8 +122,10 @@ func (c *moduleCache) load(ctx context.Context, root *os.Root, rel, key, name st
 	if e, ok := c.files[key]; ok && e.id == id {
 		if m := c.mods[e.digest]; m != nil {
 			m.inflight.Add(1)
+			e.checked = now
+			c.files[key] = e
 			c.mu.Unlock()
-			m.lastUsed.Store(time.Now().UnixNano())
+			m.lastUsed.Store(now)
 			return m, nil
 		}
 	}
@@ -135,7 +154,7 @@ func (c *moduleCache) load(ctx context.Context, root *os.Root, rel, key, name st
 	if len(c.files) >= maxFileEntries {
 		clear(c.files)
 	}
-	c.files[key] = fileEntry{id: fileIDOf(fi), digest: d}
+	c.files[key] = fileEntry{id: fileIDOf(fi), digest: d, checked: now}
 	c.mu.Unlock()
 	return c.get(d, b, name)
 }

@@ -5,8 +5,8 @@
 // compiled module and one instance pool for every tool.
 //
 // Tools: echo, cat, wc, calc, json, env, exit, sleep, yes, ls, write,
-// sha256sum, alloc. Two more, counter and openat, exist for the runtime's
-// own tests and are not installed under their names.
+// sha256sum, alloc. Three more, counter, openat and symlink, exist for the
+// runtime's own tests and are not installed under their names.
 package main
 
 import (
@@ -36,6 +36,7 @@ var tools = map[string]tool{
 	"alloc":     alloc,
 	"counter":   counter,
 	"openat":    openat,
+	"symlink":   symlink,
 }
 
 func main() {

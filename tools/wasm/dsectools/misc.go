@@ -62,25 +62,44 @@ var (
 )
 
 // counter is a test tool for the stateless tier: it increments a package
-// variable and prints it, and dirties memory after checking it is clean.
+// variable and prints it, and dirties memory after checking it is clean:
+// a 1 MiB array and, unless its argument is "small", a 32 MiB heap block.
 // In a fresh instance it always prints 1.
 func counter(args []string) int {
 	calls++
-	dirty := scratch[len(scratch)-1] != 0
-	big := make([]byte, 32<<20)
-	for i := 0; i < len(big); i += 4096 {
-		if big[i] != 0 {
+	dirty := false
+	for i := 0; i < len(scratch); i += 4096 {
+		if scratch[i] != 0 {
 			dirty = true
 		}
-		big[i] = 0xff
+		scratch[i] = 0xff
 	}
-	scratch[len(scratch)-1] = 0xff
-	sink = big
+	if len(args) == 0 || args[0] != "small" {
+		big := make([]byte, 32<<20)
+		for i := 0; i < len(big); i += 4096 {
+			if big[i] != 0 {
+				dirty = true
+			}
+			big[i] = 0xff
+		}
+		sink = big
+	}
 	if dirty {
 		fmt.Println(calls, "dirty")
 		return 1
 	}
 	fmt.Println(calls)
+	return 0
+}
+
+// symlink is a test tool: symlink TARGET LINK.
+func symlink(args []string) int {
+	if len(args) != 2 {
+		return fail("symlink", 2, "usage: symlink TARGET LINK")
+	}
+	if err := os.Symlink(args[0], args[1]); err != nil {
+		return fail("symlink", 1, "%v", err)
+	}
 	return 0
 }
 
