@@ -74,6 +74,14 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 		return api.ExecResult{}, err
 	}
 	defer s.rt.mods.done(m)
+	select {
+	case s.rt.slots <- struct{}{}:
+		defer func() { <-s.rt.slots }()
+	case <-ctx.Done():
+		return api.ExecResult{}, fmt.Errorf("waiting to run %s: %w", argv[0], ctx.Err())
+	case <-s.life.Done():
+		return api.ExecResult{}, sandbox.ErrGone(s.spec.ID)
+	}
 	s.running.Add(1)
 	defer func() {
 		s.running.Add(-1)
@@ -84,7 +92,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
 
-	inst, hit, err := m.pool.get()
+	inst, hit, err := m.pool.get(cctx)
 	s.rt.metrics.calls.Add(1)
 	if hit {
 		s.rt.metrics.hits.Add(1)

@@ -287,3 +287,31 @@ func TestProcessesUnsupported(t *testing.T) {
 		t.Errorf("shell syntax: err = %v, want Unsupported", err)
 	}
 }
+
+func TestMaxCalls(t *testing.T) {
+	rt := newRuntime(t, t.TempDir(), Options{MaxCalls: 1})
+	sb := create(t, rt, nil)
+	busy := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(context.Background(), sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"sleep", "1"}}})
+		busy <- err
+	}()
+	waitFor(t, "the first call to run", func() bool { return sb.running.Load() == 1 })
+	// The second call waits for the slot; its timeout starts once it runs.
+	start := time.Now()
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"echo", "second"}, TimeoutS: 0.5}})
+	if err != nil || res.Stdout != "second\n" || time.Since(start) < 500*time.Millisecond {
+		t.Errorf("second call: %+v, %v after %v", res, err, time.Since(start))
+	}
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	// A caller that gives up while waiting gets its context's error.
+	go sb.Exec(context.Background(), sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"sleep", "1"}}})
+	waitFor(t, "the blocking call to run", func() bool { return sb.running.Load() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"echo"}}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting call: err = %v, want DeadlineExceeded", err)
+	}
+}

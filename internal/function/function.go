@@ -54,6 +54,10 @@ type Options struct {
 	PoolIdle time.Duration
 	// MaxModules bounds the compiled modules kept in memory. Default 64.
 	MaxModules int
+	// MaxCalls bounds the calls running at once on the runtime; more wait
+	// (before their timeout starts). Each running call holds a module
+	// instance, about 5 MiB for a Go-compiled tool. Default 256.
+	MaxCalls int
 }
 
 func (o Options) withDefaults() Options {
@@ -78,6 +82,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxModules <= 0 {
 		o.MaxModules = 64
 	}
+	if o.MaxCalls <= 0 {
+		o.MaxCalls = 256
+	}
 	return o
 }
 
@@ -97,6 +104,8 @@ type Runtime struct {
 	// calls counts calls in progress so that Close can wait for them
 	// before freeing the memory they run in.
 	calls gate
+	// slots holds a token per running call (Options.MaxCalls).
+	slots chan struct{}
 	// life ends when the runtime closes; sandbox and call contexts derive
 	// from it.
 	life    context.Context
@@ -157,6 +166,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		wz:        wz,
 		cache:     cache,
 		mem:       newMemPool(),
+		slots:     make(chan struct{}, opts.MaxCalls),
 		life:      life,
 		stop:      stop,
 		sandboxes: map[string]*Sandbox{},

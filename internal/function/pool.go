@@ -50,8 +50,8 @@ func newPool(rt *Runtime, m *module) *pool {
 }
 
 // get checks out an instance: a ready one if there is one, else a new one
-// made on the caller's time. hit says which.
-func (p *pool) get() (inst *instance, hit bool, err error) {
+// made on the caller's time (and under its ctx). hit says which.
+func (p *pool) get(ctx context.Context) (inst *instance, hit bool, err error) {
 	p.used.Store(time.Now().UnixNano())
 	select {
 	case inst = <-p.ready:
@@ -65,7 +65,7 @@ func (p *pool) get() (inst *instance, hit bool, err error) {
 	if hit {
 		return inst, true, nil
 	}
-	inst, err = p.instantiate()
+	inst, err = p.instantiate(ctx)
 	return inst, false, err
 }
 
@@ -91,7 +91,7 @@ func (p *pool) run() {
 // fill instantiates until the pool is full or stopping.
 func (p *pool) fill() {
 	for len(p.ready) < cap(p.ready) {
-		inst, err := p.instantiate()
+		inst, err := p.instantiate(p.rt.life)
 		if err != nil {
 			// The call path will instantiate and report the error.
 			p.rt.log.Warn("function pool: instantiating", "module", fmt.Sprintf("%x", p.m.digest[:8]), "err", err)
@@ -124,8 +124,9 @@ func (p *pool) stop() {
 	p.drain()
 }
 
-// instantiate makes an instance whose start function has not run.
-func (p *pool) instantiate() (*instance, error) {
+// instantiate makes an instance whose start function has not run. ctx
+// bounds a start section, if the module has one.
+func (p *pool) instantiate(ctx context.Context) (*instance, error) {
 	inst := newInstance()
 	fsc := wazero.NewFSConfig().(sysfs.FSConfig).WithSysFSMount(&inst.root, "/")
 	fsc = fsc.(sysfs.FSConfig).WithSysFSMount(&inst.work, FileRoot)
@@ -135,7 +136,7 @@ func (p *pool) instantiate() (*instance, error) {
 		WithStderr(&inst.stderr).
 		WithFSConfig(fsc).
 		WithNanosleep(inst.sleep.sleep)
-	ctx, cancel := context.WithTimeout(p.rt.life, instantiateTimeout)
+	ctx, cancel := context.WithTimeout(ctx, instantiateTimeout)
 	defer cancel()
 	ctx = experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
 		inst.mem = p.rt.mem.allocate(max)
