@@ -25,6 +25,7 @@ from .errors import (
     InvalidArgumentError,
     NotFoundError,
     SandboxError,
+    SandboxNotRunningError,
     TimeoutError,
     error_from_body,
 )
@@ -94,6 +95,11 @@ def _bool(v: bool) -> str:
     return "true" if v else "false"
 
 
+def _sandbox_gone(e: SandboxError) -> bool:
+    """Whether e says the sandbox itself (not a file or process in it) is gone."""
+    return e.code in ("sandbox_not_found", "sandbox_not_running")
+
+
 # -------------------------------------------------------------- sandboxes
 
 
@@ -149,7 +155,7 @@ def connect_sandbox(sandbox_id: str, timeout: float) -> Op[SandboxInfo]:
     info = yield from get_sandbox(sandbox_id, timeout)
     if info.state in _ENDED:
         why = f" ({info.reason})" if info.reason else ""
-        raise NotFoundError(f"sandbox {sandbox_id} is {info.state}{why}", code="sandbox_not_running", status=None)
+        raise SandboxNotRunningError(f"sandbox {sandbox_id} is {info.state}{why}", code="sandbox_not_running")
     return info
 
 
@@ -401,7 +407,7 @@ def kill_process(sandbox_id: str, pid: int, signal: str, timeout: float) -> Op[b
     try:
         yield Call("POST", path, timeout, json={"signal": signal or "KILL"})
     except NotFoundError as e:
-        if e.code == "sandbox_not_found":
+        if _sandbox_gone(e):
             raise
         return False
     return True
@@ -436,7 +442,16 @@ def write_file(
             params.append(("mode", mode))
         else:
             raise InvalidArgumentError(f"mode must be an int (0o644) or an octal string ('0644'), not {mode!r}")
-    resp = yield Call("PUT", sandbox_path(sandbox_id, "files"), timeout, params=params, body=Body(data))
+    try:
+        resp = yield Call("PUT", sandbox_path(sandbox_id, "files"), timeout, params=params, body=Body(data))
+    except ConnectionError as e:
+        if e.code != "write_failed":
+            raise
+        # The server refused the upload before reading all of it, and httpx
+        # lost its answer. Ask a cheap question that fails the same way if
+        # the sandbox is gone or the path is refused, to raise that error.
+        yield Call("GET", sandbox_path(sandbox_id, "files", "exists"), timeout, params=params[:1])
+        raise
     return EntryInfo.from_json(json_body(resp))
 
 
@@ -474,14 +489,16 @@ def make_dir(sandbox_id: str, path: str, parents: bool, timeout: float) -> Op[bo
     try:
         yield Call("POST", call_path, timeout, json={"path": _path(path)})
         return True
-    except ConflictError:
-        return False
-    except NotFoundError as e:
-        if not parents or e.code == "sandbox_not_found":
+    except (ConflictError, NotFoundError) as e:
+        if _sandbox_gone(e) or (isinstance(e, NotFoundError) and not parents):
             raise
+        if isinstance(e, ConflictError):
+            return False
     try:
         yield Call("POST", call_path, timeout, json={"path": path, "parents": True})
-    except ConflictError:
+    except ConflictError as e:
+        if _sandbox_gone(e):
+            raise
         return False
     return True
 

@@ -26,6 +26,7 @@ __all__ = [
     "InvalidArgumentError",
     "NotFoundError",
     "ConflictError",
+    "SandboxNotRunningError",
     "PayloadTooLargeError",
     "UnsupportedError",
     "RateLimitError",
@@ -83,6 +84,18 @@ class SandboxError(Exception):
             f"class_={self.class_!r}, status={self.status!r})"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep every attribute across pickling (multiprocessing pools), which
+        # the default, cls(*args), would not.
+        return (_rebuild, (type(self), self.args, self.__dict__.copy()))
+
+
+def _rebuild(cls: type[SandboxError], args: tuple[Any, ...], state: dict[str, Any]) -> SandboxError:
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
 
 class AuthenticationError(SandboxError):
     """The token is missing or wrong (401), or not allowed to do this (403)."""
@@ -98,6 +111,15 @@ class NotFoundError(SandboxError):
 
 class ConflictError(SandboxError):
     """The request conflicts with the current state (409)."""
+
+
+class SandboxNotRunningError(NotFoundError, ConflictError):
+    """The sandbox has ended (killed or expired) but the server still knows it.
+
+    The server classes this as a conflict (409, code ``sandbox_not_running``);
+    it is also a NotFoundError, so that ``except NotFoundError`` catches a
+    sandbox that is gone, whether or not the server still remembers it.
+    """
 
 
 class PayloadTooLargeError(SandboxError):
@@ -216,7 +238,14 @@ _BY_STATUS: dict[int, type[SandboxError]] = {
 }
 
 
-def _class_for(class_: str | None, status: int | None) -> type[SandboxError]:
+_BY_CODE: dict[str, type[SandboxError]] = {
+    "sandbox_not_running": SandboxNotRunningError,
+}
+
+
+def _class_for(code: str | None, class_: str | None, status: int | None) -> type[SandboxError]:
+    if code and code in _BY_CODE:
+        return _BY_CODE[code]
     if class_ and class_ in _BY_CLASS:
         return _BY_CLASS[class_]
     if status is not None:
@@ -256,7 +285,7 @@ def error_from_body(
     code = body.get("code") if isinstance(body.get("code"), str) else None
     message = body.get("message") if isinstance(body.get("message"), str) else None
     class_ = body.get("class") if isinstance(body.get("class"), str) else None
-    cls = _class_for(class_, status)
+    cls = _class_for(code, class_, status)
     if not message:
         message = code or (f"HTTP {status}" if status else "error")
     kw: dict[str, Any] = {"code": code, "class_": class_, "status": status}
@@ -298,4 +327,12 @@ def wrap_transport_error(exc: httpx.TransportError, what: str) -> SandboxError:
     if isinstance(exc, httpx.TimeoutException):
         return TimeoutError(f"{what}: request timed out ({type(exc).__name__})", code="request_timeout")
     detail = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.WriteError):
+        # The server may have answered and closed before reading the whole
+        # body (an upload it refused); httpx cannot read that answer.
+        return ConnectionError(
+            f"{what}: the connection closed while sending the request body ({detail}); "
+            "the server may have refused the request",
+            code="write_failed",
+        )
     return ConnectionError(f"{what}: {detail}", code="connection_error")

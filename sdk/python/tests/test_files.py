@@ -143,8 +143,18 @@ def test_large_upload_download(sandbox: Sandbox, tmp_path: Path) -> None:
         n += len(chunk)
     assert n == BIG and h.hexdigest() == want
 
+    # A large upload the server refuses still raises the server's reason.
+    with pytest.raises(InvalidArgumentError) as ei:
+        sandbox.files.upload(src, "/etc/big.bin")
+    assert ei.value.code == "path_outside_root"
+
     # A failed download leaves no partial file behind.
     missing = tmp_path / "missing.bin"
     with pytest.raises(NotFoundError):
         sandbox.files.download("big/absent.bin", missing)
     assert not missing.exists()
+
+    # An upload to a sandbox that has ended raises NotFoundError.
+    sandbox.kill()
+    with pytest.raises(NotFoundError):
+        sandbox.files.upload(src, "big/again.bin")

@@ -31,6 +31,11 @@ def test_create_get_info(conn: Conn, labels: dict[str, str]) -> None:
     assert not sb.is_running()
     with pytest.raises(NotFoundError):
         Sandbox.connect(sb.sandbox_id, **conn)
+    # Calls on an ended sandbox raise NotFoundError too.
+    with pytest.raises(NotFoundError):
+        sb.commands.run(["echo", "late"])
+    with pytest.raises(NotFoundError):
+        sb.files.read("x")
 
 
 def test_labels_alias(conn: Conn, labels: dict[str, str]) -> None:

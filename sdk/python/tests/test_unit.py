@@ -7,6 +7,7 @@ import asyncio
 import builtins
 import io
 import json
+import pickle
 from email.utils import formatdate
 from typing import Any
 
@@ -96,6 +97,12 @@ def test_error_classes(status: int, class_: str, want: type[SandboxError]) -> No
     assert type(e2) is want
 
 
+def test_sandbox_not_running() -> None:
+    e = _err(409, {"code": "sandbox_not_running", "message": "sandbox x is stopped", "class": "conflict"})
+    assert type(e) is libdsec.SandboxNotRunningError
+    assert isinstance(e, NotFoundError) and isinstance(e, ConflictError) and e.status == 409
+
+
 def test_class_wins_over_status() -> None:
     e = _err(400, {"code": "no_shell", "message": "the function tier has no shell", "class": "unsupported"})
     assert isinstance(e, UnsupportedError)
@@ -119,6 +126,20 @@ def test_builtin_exception_bases() -> None:
     c = ConnectionError("y")
     assert isinstance(c, builtins.ConnectionError) and isinstance(c, SandboxError)
     assert libdsec.TimeoutError is TimeoutError and libdsec.errors.RateLimitError is RateLimitError
+
+
+def test_errors_pickle() -> None:
+    r = libdsec.CommandResult(stdout="o", stderr="e", exit_code=2)
+    errs: list[SandboxError] = [
+        CommandExitError(r),
+        TimeoutError("t", code="command_timeout", result=r),
+        RateLimitError("slow", code="rate_limited", status=429, retry_after=3.0),
+        ConnectionError("down", code="connection_error"),
+        _err(404, {"code": "sandbox_not_found", "message": "gone", "class": "not_found"}),
+    ]
+    for e in errs:
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and str(back) == str(e) and back.__dict__ == e.__dict__
 
 
 def test_command_exit_error_carries_result() -> None:
@@ -252,6 +273,12 @@ def test_make_dir_semantics() -> None:
     assert got is True and calls[1].json == {"path": "a/b", "parents": True}
     with pytest.raises(NotFoundError):
         _drive(_ops.make_dir("s", "a/b", False, 30), [missing_parent])
+    stopped = libdsec.SandboxNotRunningError("stopped", code="sandbox_not_running", status=409)
+    with pytest.raises(libdsec.SandboxNotRunningError):
+        _drive(_ops.make_dir("s", "d", True, 30), [stopped])
+    with pytest.raises(libdsec.SandboxNotRunningError):
+        _drive(_ops.kill_process("s", 1, "KILL", 30), [stopped])
+    assert _drive(_ops.kill_process("s", 1, "KILL", 30), [NotFoundError("no pid", code="process_not_found")])[0] is False
 
 
 def test_kill_and_pagination_ops() -> None:
@@ -426,6 +453,32 @@ def test_client_retries_connection_errors_only_when_safe() -> None:
     with pytest.raises(ConnectionError):
         sb.commands.run(["echo"])  # POST: not retried
     assert calls == ["GET", "GET", "POST"]
+
+
+def test_refused_upload_reports_the_cause() -> None:
+    # httpx cannot read a response once writing the body fails, as it does
+    # when the server refuses a large upload early; the SDK then asks again.
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.method == "PUT":
+            raise httpx.WriteError("[Errno 32] Broken pipe", request=req)
+        assert req.url.path == "/v1/sandboxes/sb-1/files/exists" and req.url.params["path"] == "/etc/x"
+        return httpx.Response(400, json={"code": "path_outside_root", "message": "outside", "class": "invalid_argument"})
+
+    c = _mock_client(handler)
+    files = libdsec.Files(c, "sb-1", 30)
+    with pytest.raises(InvalidArgumentError) as ei:
+        files.write("/etc/x", io.BytesIO(b"x" * 1000))
+    assert ei.value.code == "path_outside_root"
+
+    def ok_handler(req: httpx.Request) -> httpx.Response:
+        if req.method == "PUT":
+            raise httpx.WriteError("[Errno 32] Broken pipe", request=req)
+        return httpx.Response(200, json={"exists": False})
+
+    files = libdsec.Files(_mock_client(ok_handler), "sb-1", 30)
+    with pytest.raises(ConnectionError) as ce:
+        files.write("/etc/x", b"data")
+    assert ce.value.code == "write_failed" and "refused" in str(ce.value)
 
 
 def test_async_client_on_mock_transport() -> None:
