@@ -69,7 +69,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	}
 
 	start := time.Now()
-	m, err := s.module(ctx, argv[0], cwd)
+	m, err := s.module(argv[0], cwd)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
@@ -191,7 +191,7 @@ func (s *Sandbox) environ(reqEnv map[string]string, cwd string) ([]string, error
 }
 
 // module resolves argv[0] to a compiled module.
-func (s *Sandbox) module(ctx context.Context, name, cwd string) (*module, error) {
+func (s *Sandbox) module(name, cwd string) (*module, error) {
 	p := name
 	switch {
 	case !strings.Contains(name, "/") && !strings.HasSuffix(name, ".wasm"):
@@ -212,7 +212,7 @@ func (s *Sandbox) module(ctx context.Context, name, cwd string) (*module, error)
 		rel = sandbox.RelPath(FileRoot, clean)
 		root, key, trust = s.work, s.workDir+"/"+rel, 0
 	}
-	m, err := s.rt.mods.load(ctx, root, rel, key, clean, trust)
+	m, err := s.rt.mods.load(root, rel, key, clean, trust)
 	var (
 		de *errdefs.Error
 		pe *fs.PathError

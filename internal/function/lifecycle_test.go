@@ -231,3 +231,28 @@ func TestFingerprint(t *testing.T) {
 		t.Errorf("Reason %q with compilerSupported() = %v", info.Reason, compilerSupported())
 	}
 }
+
+func TestPoolOfUninstantiableModule(t *testing.T) {
+	rt := newRuntime(t, t.TempDir(), Options{PoolSize: 2})
+	sb := create(t, rt, nil)
+	// A valid command whose import no host provides: it compiles, but
+	// every instantiation fails.
+	mod := []byte("\x00asm\x01\x00\x00\x00" +
+		"\x01\x04\x01\x60\x00\x00" + // type 0: () -> ()
+		"\x02\x0b\x01\x03env\x03nop\x00\x00" + // import env.nop: type 0
+		"\x03\x02\x01\x00" + // func 1: type 0
+		"\x07\x0a\x01\x06_start\x00\x01" + // export _start = func 1
+		"\x0a\x04\x01\x02\x00\x0b") // body: end
+	if _, err := sb.Files().Write(context.Background(), "/workspace/imp.wasm", bytes.NewReader(mod), sandbox.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		_, err := sb.Exec(context.Background(), sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"/workspace/imp.wasm"}}})
+		if !errors.Is(err, errdefs.Invalid) || !strings.Contains(err.Error(), "env") {
+			t.Fatalf("call %d: err = %v, want Invalid naming the missing import", i, err)
+		}
+	}
+	if res := run(t, sb, "", "echo", "fine"); res.Stdout != "fine\n" {
+		t.Errorf("echo after a broken module: %+v", res)
+	}
+}

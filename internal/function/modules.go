@@ -96,7 +96,7 @@ func newModuleCache(rt *Runtime) *moduleCache {
 // Errors: fs.ErrNotExist (unwrapped, for the caller to explain) when there
 // is no such file; class Invalid for a file that is not a WASI command;
 // TooLarge past maxModuleSize.
-func (c *moduleCache) load(ctx context.Context, root *os.Root, rel, key, name string, trust time.Duration) (*module, error) {
+func (c *moduleCache) load(root *os.Root, rel, key, name string, trust time.Duration) (*module, error) {
 	now := time.Now().UnixNano()
 	if trust > 0 {
 		c.mu.Lock()

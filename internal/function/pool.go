@@ -29,7 +29,10 @@ type pool struct {
 	quit  chan struct{}
 	done  chan struct{}
 	used  atomic.Int64 // unix nanoseconds of the last checkout
-	once  sync.Once
+	// broken is set when the refiller failed to instantiate; it stops
+	// refilling until an instantiation on the call path succeeds.
+	broken atomic.Bool
+	once   sync.Once
 }
 
 func newPool(rt *Runtime, m *module) *pool {
@@ -58,15 +61,27 @@ func (p *pool) get(ctx context.Context) (inst *instance, hit bool, err error) {
 		hit = true
 	default:
 	}
-	select {
-	case p.kick <- struct{}{}:
-	default:
+	if !p.broken.Load() {
+		p.refill()
 	}
 	if hit {
 		return inst, true, nil
 	}
-	inst, err = p.instantiate(ctx)
-	return inst, false, err
+	if inst, err = p.instantiate(ctx); err != nil {
+		return nil, false, err
+	}
+	if p.broken.Swap(false) {
+		p.refill()
+	}
+	return inst, false, nil
+}
+
+// refill wakes the refiller.
+func (p *pool) refill() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (p *pool) run() {
@@ -93,8 +108,10 @@ func (p *pool) fill() {
 	for len(p.ready) < cap(p.ready) {
 		inst, err := p.instantiate(p.rt.life)
 		if err != nil {
-			// The call path will instantiate and report the error.
-			p.rt.log.Warn("function pool: instantiating", "module", fmt.Sprintf("%x", p.m.digest[:8]), "err", err)
+			// Calls will instantiate on their own and report the error.
+			if !p.broken.Swap(true) && p.rt.life.Err() == nil {
+				p.rt.log.Warn("function pool: instantiating", "module", fmt.Sprintf("%x", p.m.digest[:8]), "err", err)
+			}
 			return
 		}
 		select {
