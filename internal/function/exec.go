@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
 	"slices"
@@ -68,7 +69,6 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 		timeout = time.Duration(req.TimeoutS * float64(time.Second))
 	}
 
-	start := time.Now()
 	m, err := s.module(argv[0], cwd)
 	if err != nil {
 		return api.ExecResult{}, err
@@ -82,6 +82,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	case <-s.life.Done():
 		return api.ExecResult{}, sandbox.ErrGone(s.spec.ID)
 	}
+	start := time.Now()
 	s.running.Add(1)
 	defer func() {
 		s.running.Add(-1)
@@ -93,13 +94,11 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	defer context.AfterFunc(s.life, cancel)()
 
 	inst, hit, err := m.pool.get(cctx)
-	s.rt.metrics.calls.Add(1)
-	if hit {
-		s.rt.metrics.hits.Add(1)
-	} else {
-		s.rt.metrics.misses.Add(1)
-	}
+	s.rt.metrics.count(hit)
 	if err != nil {
+		if err := s.stopped(ctx, argv[0]); err != nil {
+			return api.ExecResult{}, err
+		}
 		return api.ExecResult{}, errdefs.Wrap(errdefs.Invalid, "invalid_module", err, "instantiating %s", argv[0])
 	}
 	defer inst.close()
@@ -108,33 +107,20 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	stderr := sandbox.NewCapture(req.MaxOutputBytes, req.Stderr, true)
 	stdin, stopStdin := callStdin(&req, cctx.Done())
 	defer stopStdin()
-	inst.stdin.r = stdin
-	inst.stdout.w = stdout
-	inst.stderr.w = stderr
-	inst.root.FS = s.img.fs
-	inst.work.FS = s.workFS
-	inst.sleep.done = cctx.Done()
-	if inst.mem != nil {
-		limit := uint64(s.spec.MemoryMB) << 20
-		if s.spec.MemoryMB <= 0 {
-			limit = maxMemoryPages * pageSize
-		}
-		if !inst.mem.checkout(limit, &s.memBytes) {
-			return api.ExecResult{}, errdefs.New(errdefs.TooLarge, "memory_limit",
-				"%s needs %d MiB of memory to start; the sandbox allows %d MiB", argv[0], inst.mem.size()>>20, limit>>20)
-		}
+	if err := s.bind(inst, stdin, stdout, stderr, cctx.Done(), argv[0]); err != nil {
+		return api.ExecResult{}, err
 	}
-
 	_, err = inst.start.Call(context.WithValue(cctx, callKey{}, newCallArgs(argv, env)))
 	inst.close() // frees the memory before the result is built
 
 	res := api.ExecResult{DurationMS: max(float64(time.Since(start).Microseconds())/1000, 0.001)}
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
+	if err := s.stopped(ctx, argv[0]); err != nil {
+		return api.ExecResult{}, err
+	}
 	var exit *sys.ExitError
 	switch {
-	case ctx.Err() != nil:
-		return api.ExecResult{}, fmt.Errorf("running %s: %w", argv[0], ctx.Err())
 	case s.life.Err() != nil:
 		res.ExitCode, res.Error = -1, "killed"
 	case cctx.Err() != nil:
@@ -146,6 +132,37 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 		res.ExitCode, res.Error = -1, "wasm trap: "+trapMessage(err)
 	}
 	return res, nil
+}
+
+// bind points a checked-out instance at this call: its streams, the
+// sandbox's file systems, the call's end, and the memory limit.
+func (s *Sandbox) bind(inst *instance, stdin io.Reader, stdout, stderr io.Writer, done <-chan struct{}, name string) error {
+	inst.stdin.r = stdin
+	inst.stdout.w = stdout
+	inst.stderr.w = stderr
+	inst.root.FS = s.img.fs
+	inst.work.FS = s.workFS
+	inst.sleep.done = done
+	if inst.mem == nil {
+		return nil
+	}
+	limit := uint64(s.spec.MemoryMB) << 20
+	if s.spec.MemoryMB <= 0 {
+		limit = maxMemoryPages * pageSize
+	}
+	if !inst.mem.checkout(limit, &s.memBytes) {
+		return errdefs.New(errdefs.TooLarge, "memory_limit",
+			"%s needs %d MiB of memory to start; the sandbox allows %d MiB", name, inst.mem.size()>>20, limit>>20)
+	}
+	return nil
+}
+
+// stopped returns the error for a call whose caller went away (ctx ended).
+func (s *Sandbox) stopped(ctx context.Context, name string) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("running %s: %w", name, ctx.Err())
+	}
+	return nil
 }
 
 // trapMessage is the first line of a wazero runtime error, without its

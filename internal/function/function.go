@@ -124,6 +124,15 @@ type metrics struct {
 	calls, hits, misses, instantiations, compilations atomic.Uint64
 }
 
+func (m *metrics) count(hit bool) {
+	m.calls.Add(1)
+	if hit {
+		m.hits.Add(1)
+	} else {
+		m.misses.Add(1)
+	}
+}
+
 // Metrics are counters of a runtime's work since New.
 type Metrics struct {
 	// Calls is the number of commands run.
