@@ -28,7 +28,7 @@ from .errors import (
     TimeoutError,
     UnsupportedError,
 )
-from .files import AsyncFiles, Files
+from .files import AsyncFiles, AsyncFileStream, Files, FileStream
 from .sandbox import Sandbox
 from .sandbox_async import AsyncSandbox
 
@@ -48,6 +48,8 @@ __all__ = [
     "AsyncCommandHandle",
     "Files",
     "AsyncFiles",
+    "FileStream",
+    "AsyncFileStream",
     "SandboxError",
     "AuthenticationError",
     "InvalidArgumentError",

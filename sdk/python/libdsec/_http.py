@@ -12,7 +12,7 @@ import contextlib
 import threading
 import time
 import weakref
-from typing import Any, AsyncIterator, Iterator, TypeVar
+from typing import Any, Iterator, TypeVar
 
 import httpx
 
@@ -206,14 +206,6 @@ class Client(_Base):
         finally:
             op.close()
 
-    def iter_bytes(self, resp: httpx.Response, what: str) -> Iterator[bytes]:
-        """Iterate a streamed response's body, closing it at the end."""
-        try:
-            with wrap_transport(what):
-                yield from resp.iter_bytes(1 << 20)
-        finally:
-            resp.close()
-
 
 class AsyncClient(_Base):
     """A connection pool to one DSec server, for :class:`~libdsec.AsyncSandbox`.
@@ -309,15 +301,6 @@ class AsyncClient(_Base):
             return stop.value  # type: ignore[no-any-return]
         finally:
             op.close()
-
-    async def aiter_bytes(self, resp: httpx.Response, what: str) -> AsyncIterator[bytes]:
-        """As Client.iter_bytes."""
-        try:
-            with wrap_transport(what):
-                async for chunk in resp.aiter_bytes(1 << 20):
-                    yield chunk
-        finally:
-            await resp.aclose()
 
 
 @contextlib.contextmanager

@@ -174,9 +174,12 @@ def list_params(
     tier: str | None,
     limit: int | None,
     page_token: str | None,
+    labels: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str]]:
+    """The query of GET /v1/sandboxes; labels is an alias of metadata."""
     params: list[tuple[str, str]] = []
-    for k, v in sorted((str_map(metadata, "metadata") or {}).items()):
+    merged = {**(str_map(labels, "labels") or {}), **(str_map(metadata, "metadata") or {})}
+    for k, v in sorted(merged.items()):
         params.append(("label", f"{k}={v}"))
     if state:
         params.append(("state", state))

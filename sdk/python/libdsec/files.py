@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import IO, AsyncIterator, Iterator, List, Literal, Union, overload
+from types import TracebackType
+from typing import IO, List, Literal, Union, overload
+
+import httpx
 
 from . import _ops
 from ._calls import CHUNK_SIZE, BodyData
 from ._http import AsyncClient, Client, wrap_transport
 from ._models import EntryInfo
 
-__all__ = ["Files", "AsyncFiles"]
+__all__ = ["Files", "AsyncFiles", "FileStream", "AsyncFileStream"]
 
 StrPath = Union[str, "os.PathLike[str]"]
 ReadFormat = Literal["text", "bytes", "stream"]
@@ -43,6 +46,74 @@ def _remove_partial(local_path: StrPath) -> None:
         pass
 
 
+class FileStream:
+    """The content of a file, as an iterator of byte chunks (``read(format="stream")``).
+
+    It holds a connection until it is exhausted or closed; use it in a
+    ``with`` block, or call close(), if you may stop early.
+    """
+
+    def __init__(self, resp: httpx.Response, what: str) -> None:
+        self._resp = resp
+        self._what = what
+        self._chunks = resp.iter_bytes(CHUNK_SIZE)
+
+    def __iter__(self) -> FileStream:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            with wrap_transport(self._what):
+                return next(self._chunks)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._resp.close()
+
+    def __enter__(self) -> FileStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class AsyncFileStream:
+    """As :class:`FileStream`, an async iterator; close it with ``await aclose()``
+    (or ``async with``) if you may stop early."""
+
+    def __init__(self, resp: httpx.Response, what: str) -> None:
+        self._resp = resp
+        self._what = what
+        self._chunks = resp.aiter_bytes(CHUNK_SIZE)
+
+    def __aiter__(self) -> AsyncFileStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            with wrap_transport(self._what):
+                return await self._chunks.__anext__()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        await self._resp.aclose()
+
+    async def __aenter__(self) -> AsyncFileStream:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
 class Files:
     """Files in one sandbox (``sandbox.files``)."""
 
@@ -58,9 +129,9 @@ class Files:
     def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
 
     @overload
-    def read(self, path: str, format: Literal["stream"]) -> Iterator[bytes]: ...
+    def read(self, path: str, format: Literal["stream"]) -> FileStream: ...
 
-    def read(self, path: str, format: ReadFormat = "text") -> str | bytes | Iterator[bytes]:
+    def read(self, path: str, format: ReadFormat = "text") -> str | bytes | FileStream:
         """Read a file as text (UTF-8), bytes, or a stream of byte chunks.
 
         A stream holds a connection until it is exhausted or closed.
@@ -68,7 +139,7 @@ class Files:
         _check_format(format)
         if format == "stream":
             call = _ops.read_call(self._sandbox_id, path, self._rt)
-            return self._client.iter_bytes(self._client.send(call, stream=True), call.what)
+            return FileStream(self._client.send(call, stream=True), call.what)
         data = self._client.run(_ops.read_file(self._sandbox_id, path, self._rt))
         return data.decode("utf-8") if format == "text" else data
 
@@ -154,13 +225,13 @@ class AsyncFiles:
     async def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
 
     @overload
-    async def read(self, path: str, format: Literal["stream"]) -> AsyncIterator[bytes]: ...
+    async def read(self, path: str, format: Literal["stream"]) -> AsyncFileStream: ...
 
-    async def read(self, path: str, format: ReadFormat = "text") -> str | bytes | AsyncIterator[bytes]:
+    async def read(self, path: str, format: ReadFormat = "text") -> str | bytes | AsyncFileStream:
         _check_format(format)
         if format == "stream":
             call = _ops.read_call(self._sandbox_id, path, self._rt)
-            return self._client.aiter_bytes(await self._client.send(call, stream=True), call.what)
+            return AsyncFileStream(await self._client.send(call, stream=True), call.what)
         data = await self._client.run(_ops.read_file(self._sandbox_id, path, self._rt))
         return data.decode("utf-8") if format == "text" else data
 

@@ -128,7 +128,7 @@ class Sandbox:
         """
         c = _client(client, url, token)
         params = _ops.list_params(
-            metadata={**(labels or {}), **(metadata or {})}, state=state, tier=tier, limit=limit, page_token=None
+            metadata=metadata, labels=labels, state=state, tier=tier, limit=limit, page_token=None
         )
         return c.run(_ops.list_sandboxes(params, c.options.request_timeout))
 
@@ -149,7 +149,7 @@ class Sandbox:
         """One page of list(): (items, next_page_token or None)."""
         c = _client(client, url, token)
         params = _ops.list_params(
-            metadata={**(labels or {}), **(metadata or {})}, state=state, tier=tier, limit=limit,
+            metadata=metadata, labels=labels, state=state, tier=tier, limit=limit,
             page_token=page_token,
         )
         return c.run(_ops.list_sandboxes_page(params, c.options.request_timeout))

@@ -106,7 +106,7 @@ class AsyncSandbox:
     ) -> List[SandboxInfo]:
         c = _client(client, url, token)
         params = _ops.list_params(
-            metadata={**(labels or {}), **(metadata or {})}, state=state, tier=tier, limit=limit, page_token=None
+            metadata=metadata, labels=labels, state=state, tier=tier, limit=limit, page_token=None
         )
         return await c.run(_ops.list_sandboxes(params, c.options.request_timeout))
 
@@ -126,7 +126,7 @@ class AsyncSandbox:
     ) -> tuple[List[SandboxInfo], str | None]:
         c = _client(client, url, token)
         params = _ops.list_params(
-            metadata={**(labels or {}), **(metadata or {})}, state=state, tier=tier, limit=limit,
+            metadata=metadata, labels=labels, state=state, tier=tier, limit=limit,
             page_token=page_token,
         )
         return await c.run(_ops.list_sandboxes_page(params, c.options.request_timeout))

@@ -87,6 +87,8 @@ def test_async_basics(conn: Conn, labels: dict[str, str], tmp_path: Any) -> None
             async for chunk in await sb.files.read("up.bin", format="stream"):
                 n += len(chunk)
             assert n == 6 << 20
+            async with await sb.files.read("up.bin", format="stream") as stream:
+                assert len(await stream.__anext__()) > 0
             dst = tmp_path / "down.bin"
             assert await sb.files.download("up.bin", dst) == 6 << 20
             assert dst.read_bytes() == src.read_bytes()

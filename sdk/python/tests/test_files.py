@@ -142,6 +142,10 @@ def test_large_upload_download(sandbox: Sandbox, tmp_path: Path) -> None:
         h.update(chunk)
         n += len(chunk)
     assert n == BIG and h.hexdigest() == want
+    # A stream closed early gives its connection back.
+    for _ in range(3):
+        with sandbox.files.read("big/big.bin", format="stream") as stream:
+            assert len(next(stream)) > 0
 
     # A large upload the server refuses still raises the server's reason.
     with pytest.raises(InvalidArgumentError) as ei:

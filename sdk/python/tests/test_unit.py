@@ -324,7 +324,7 @@ def test_body_from_file_is_streamed_and_rewindable() -> None:
 
     p = Body(Pipe())
     assert p.length is None and "Content-Length" not in p.headers
-    assert list(p.sync_content()) == [b"a", b"b"]  # type: ignore[arg-type]
+    assert list(p.sync_content()) == [b"a", b"b"]
     assert not p.rewind()
     t = Body(io.StringIO("héllo"))
     assert b"".join(t.sync_content()) == "héllo".encode()  # type: ignore[arg-type]
