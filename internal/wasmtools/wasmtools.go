@@ -48,7 +48,7 @@ func Build(ctx context.Context, outDir string) error {
 	}
 	defer os.RemoveAll(tmp)
 	prog := filepath.Join(tmp, "dsectools.wasm")
-	cmd := exec.CommandContext(ctx, goBinary(), "build", "-trimpath", "-ldflags=-s -w", "-o", prog, pkgPath)
+	cmd := exec.CommandContext(ctx, goBinary(), "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", prog, pkgPath)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
