@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -79,7 +80,7 @@ func buildCached(ctx context.Context) (string, error) {
 // sourceHash hashes everything the image is built from.
 func sourceHash(root string) (string, error) {
 	h := sha256.New()
-	h.Write([]byte(runtime.Version() + "\x00"))
+	h.Write([]byte(runtime.Version() + "\x00" + strings.Join(buildFlags, " ") + "\x00"))
 	src := filepath.Join(root, "tools", "wasm", "dsectools")
 	entries, err := os.ReadDir(src)
 	if err != nil {

@@ -29,6 +29,9 @@ var TinyTools = []string{"tiny-echo", "trap", "loop"}
 
 const pkgPath = "github.com/dsec-dev/dsec/tools/wasm/dsectools"
 
+// buildFlags are the go build flags of dsectools (part of ForTest's key).
+var buildFlags = []string{"-trimpath", "-buildvcs=false", "-ldflags=-s -w"}
+
 // Build compiles dsectools with the Go toolchain and lays out an image
 // under outDir: outDir/bin/<tool>.wasm for every name in Tools and
 // TinyTools. Existing files are replaced. It needs the DSec source tree,
@@ -48,7 +51,8 @@ func Build(ctx context.Context, outDir string) error {
 	}
 	defer os.RemoveAll(tmp)
 	prog := filepath.Join(tmp, "dsectools.wasm")
-	cmd := exec.CommandContext(ctx, goBinary(), "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", prog, pkgPath)
+	args := append(append([]string{"build"}, buildFlags...), "-o", prog, pkgPath)
+	cmd := exec.CommandContext(ctx, goBinary(), args...)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
