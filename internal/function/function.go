@@ -56,7 +56,8 @@ type Options struct {
 	MaxModules int
 	// MaxCalls bounds the calls running at once on the runtime; more wait
 	// (before their timeout starts). Each running call holds a module
-	// instance, about 5 MiB for a Go-compiled tool. Default 256.
+	// instance, 2.5 MiB or more for a Go-compiled tool. Default 32 per
+	// GOMAXPROCS, at least 64.
 	MaxCalls int
 }
 
@@ -83,7 +84,7 @@ func (o Options) withDefaults() Options {
 		o.MaxModules = 64
 	}
 	if o.MaxCalls <= 0 {
-		o.MaxCalls = 256
+		o.MaxCalls = max(64, 32*runtime.GOMAXPROCS(0))
 	}
 	return o
 }
