@@ -9,7 +9,11 @@ import (
 
 // Linear memories live in regions reserved once at their maximum size
 // (4 GiB for most modules) without committing memory, so growing never
-// copies; freed regions are zeroed and kept for the next instance. Where
+// copies; freed regions are kept for the next instance. A region with a
+// large dirty prefix is handed back to the kernel when it is freed; a small
+// one is cleared when it is next taken, which happens while the pool
+// instantiates ahead of calls, rather than when it is freed, which happens
+// at the end of a call (proc_exit) and would add to its latency. Where
 // reserving is not possible (no mmap, or the kernel refuses), memories fall
 // back to plain Go slices that copy when they grow.
 
@@ -27,13 +31,20 @@ const (
 // for concurrent use.
 type memPool struct {
 	mu     sync.Mutex // guards following fields
-	free   map[uint64][][]byte
+	free   map[uint64][]region
 	nfree  int
 	closed bool
 }
 
+// region is a free region whose first dirty bytes may hold a previous
+// guest's data.
+type region struct {
+	buf   []byte
+	dirty uint64
+}
+
 func newMemPool() *memPool {
-	return &memPool{free: map[uint64][][]byte{}}
+	return &memPool{free: map[uint64][]region{}}
 }
 
 // allocate returns a linear memory that can grow to max bytes.
@@ -52,21 +63,31 @@ func (p *memPool) allocate(max uint64) linearMemory {
 	return &regionMemory{pool: p, buf: buf}
 }
 
+// get returns a free region of size bytes, all zeros, or nil.
 func (p *memPool) get(size uint64) []byte {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	list := p.free[size]
 	if len(list) == 0 {
+		p.mu.Unlock()
 		return nil
 	}
-	buf := list[len(list)-1]
+	r := list[len(list)-1]
 	p.free[size] = list[:len(list)-1]
 	p.nfree--
-	return buf
+	p.mu.Unlock()
+	clear(r.buf[:r.dirty])
+	return r.buf
 }
 
-// put takes back a zeroed region.
-func (p *memPool) put(buf []byte) {
+// put takes back a region of which the first dirty bytes may be non-zero.
+func (p *memPool) put(buf []byte, dirty uint64) {
+	if dirty > releaseThreshold {
+		if err := release(buf[:dirty]); err != nil {
+			unreserve(buf)
+			return
+		}
+		dirty = 0
+	}
 	p.mu.Lock()
 	if p.closed || p.nfree >= maxFreeRegions {
 		p.mu.Unlock()
@@ -74,7 +95,7 @@ func (p *memPool) put(buf []byte) {
 		return
 	}
 	size := uint64(len(buf))
-	p.free[size] = append(p.free[size], buf)
+	p.free[size] = append(p.free[size], region{buf: buf, dirty: dirty})
 	p.nfree++
 	p.mu.Unlock()
 }
@@ -85,8 +106,8 @@ func (p *memPool) close() {
 	defer p.mu.Unlock()
 	p.closed = true
 	for size, list := range p.free {
-		for _, buf := range list {
-			unreserve(buf)
+		for _, r := range list {
+			unreserve(r.buf)
 		}
 		delete(p.free, size)
 	}
@@ -144,15 +165,7 @@ func (m *regionMemory) Free() {
 	}
 	buf := m.buf
 	m.buf = nil
-	if m.dirty > releaseThreshold {
-		if err := release(buf[:m.dirty]); err != nil {
-			unreserve(buf)
-			return
-		}
-	} else {
-		clear(buf[:m.dirty])
-	}
-	m.pool.put(buf)
+	m.pool.put(buf, m.dirty)
 }
 
 func (m *regionMemory) checkout(limit uint64, usage *atomic.Int64) bool {
