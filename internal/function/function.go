@@ -121,6 +121,8 @@ type Runtime struct {
 	closed    bool
 }
 
+var _ sandbox.Runtime = (*Runtime)(nil)
+
 type metrics struct {
 	calls, hits, misses, instantiations, compilations atomic.Uint64
 }
