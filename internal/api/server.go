@@ -5,11 +5,11 @@
 package api
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -142,8 +142,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(rw, r)
 }
 
-type ownerKey struct{}
-
 // authed checks the bearer token and passes the owner and the path's
 // sandbox ID to h.
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request, string)) http.Handler {
@@ -158,7 +156,10 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, string)) http
 			s.writeError(w, r, errdefs.New(errdefs.Unauthenticated, "unauthenticated", "missing or invalid bearer token (dsec token prints it)"))
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), ownerKey{}, owner))
+		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_query", "the query string is not valid: %v", err))
+			return
+		}
 		h(w, r, owner)
 	})
 }

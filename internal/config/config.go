@@ -84,6 +84,9 @@ type Limits struct {
 // Duration is a time.Duration written as a string ("30s") in TOML.
 type Duration struct{ time.Duration }
 
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (d *Duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))

@@ -14,8 +14,12 @@ func (a *Agent) runner(id string) (sandbox.ProcessRunner, error) {
 	if err != nil {
 		return nil, err
 	}
+	rt, err := a.opt.Registry.Lookup(tier)
+	if err != nil {
+		return nil, err
+	}
 	pr, ok := sb.(sandbox.ProcessRunner)
-	if !ok {
+	if !ok || !rt.Capabilities().Processes {
 		return nil, sandbox.Unsupported(tier, "background processes")
 	}
 	return pr, nil

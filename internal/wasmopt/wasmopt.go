@@ -12,9 +12,9 @@ package wasmopt
 import (
 	"bytes"
 	"cmp"
-	"slices"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrMalformed is returned for input that is not a well-formed module.
