@@ -42,6 +42,9 @@ type API struct {
 	AllowDirImages *bool  `toml:"allow_dir_images"`
 	// ShutdownGrace bounds how long in-flight requests may take to finish.
 	ShutdownGrace Duration `toml:"shutdown_grace"`
+	// DebugListen, if set, serves Go's pprof handlers there (keep it on
+	// loopback: they are not authenticated).
+	DebugListen string `toml:"debug_listen"`
 }
 
 // NATS configures the message bus.
@@ -167,6 +170,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	str("DSEC_NODE_ID", &c.Node.ID)
 	str("DSEC_LOG_LEVEL", &c.LogLevel)
 	str("DSEC_LOG_FORMAT", &c.LogFormat)
+	str("DSEC_DEBUG_LISTEN", &c.API.DebugListen)
 	if v := getenv("DSEC_KEEP_SANDBOXES"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {

@@ -102,6 +102,9 @@ type daemon struct {
 }
 
 func (d *daemon) start(ctx context.Context, cu *cleanup.Stack) error {
+	if err := d.startDebug(cu); err != nil {
+		return err
+	}
 	if err := d.startBus(ctx, cu); err != nil {
 		return err
 	}

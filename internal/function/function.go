@@ -157,6 +157,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("creating state directory: %w", err)
 		}
 	}
+	if _, err := mountStateFS(filepath.Join(opts.StateDir, "sandboxes")); err != nil {
+		return nil, err
+	}
 	cache, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 	if err != nil {
 		return nil, fmt.Errorf("opening compilation cache %s: %w", opts.CacheDir, err)
@@ -276,6 +279,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 		err = e
 	}
 	r.mem.close()
+	if e := unmountStateFS(filepath.Join(r.opts.StateDir, "sandboxes")); err == nil {
+		err = e
+	}
 	return err
 }
 

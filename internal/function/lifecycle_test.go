@@ -119,6 +119,9 @@ func TestCloseLeavesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := rt2.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if m := mounts(t, dir); len(m) != 0 {
 		t.Errorf("mounts left under the state dir: %q", m)
 	}

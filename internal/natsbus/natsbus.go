@@ -132,9 +132,6 @@ func clientOptions(name, token string) []nats.Option {
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
-		// Exec output and file chunks arrive in bursts; a generous pending
-		// limit keeps a busy API server from being cut off as slow.
-		nats.SyncQueueLen(1 << 16),
 	}
 	if token != "" {
 		opts = append(opts, nats.Token(token))

@@ -23,6 +23,7 @@ const DefaultTimeout = 30 * time.Second
 // Client calls node agents. It is safe for concurrent use.
 type Client struct {
 	nc    *nats.Conn
+	mux   *respMux
 	calls atomic.Uint64
 	// prefix makes call IDs unique across control-plane processes.
 	prefix string
@@ -30,7 +31,7 @@ type Client struct {
 
 // NewClient returns a client on nc.
 func NewClient(nc *nats.Conn) *Client {
-	return &Client{nc: nc, prefix: nats.NewInbox()[len("_INBOX."):]}
+	return &Client{nc: nc, mux: newRespMux(nc), prefix: nats.NewInbox()[len("_INBOX."):]}
 }
 
 func (c *Client) request(ctx context.Context, node, op string, req any, resp any) error {
@@ -102,17 +103,17 @@ func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest,
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutS*float64(time.Second))+DefaultTimeout)
 		defer cancel()
 	}
-	call := c.prefix + "." + strconv.FormatUint(c.calls.Add(1), 36)
+	n := strconv.FormatUint(c.calls.Add(1), 36)
+	call := c.prefix + "." + n
 	body, err := json.Marshal(ExecRequest{ID: id, Call: call, Req: req, Stream: out != nil})
 	if err != nil {
 		return api.ExecResult{}, fmt.Errorf("encoding exec request: %w", err)
 	}
-	inbox := c.nc.NewRespInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	inbox, q, err := c.mux.open(n)
 	if err != nil {
 		return api.ExecResult{}, mapNATSError(node, err)
 	}
-	defer sub.Unsubscribe()
+	defer c.mux.close(n)
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: Subject(node, OpExec), Reply: inbox, Data: body}); err != nil {
 		return api.ExecResult{}, mapNATSError(node, err)
 	}
@@ -121,7 +122,7 @@ func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest,
 		seq            int
 	)
 	for {
-		msg, err := sub.NextMsgWithContext(ctx)
+		msg, err := q.next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				c.cancel(node, call)

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 
 	"github.com/dsec-dev/dsec/internal/wasmtools/tiny"
 )
@@ -21,11 +20,18 @@ var forTest struct {
 	err  error
 }
 
+// TB is the part of testing.TB that ForTest uses; taking it rather than
+// testing.TB keeps package testing out of the dsec binary.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // ForTest returns the root of a default image for tests. It builds the
 // image once per test binary into a cache directory keyed by a hash of the
 // tool sources and the Go version
 // (os.UserCacheDir()/dsec-wasmtools/<hash>), so repeated runs reuse it.
-func ForTest(t testing.TB) string {
+func ForTest(t TB) string {
 	t.Helper()
 	forTest.once.Do(func() {
 		forTest.dir, forTest.err = buildCached(context.Background())
