@@ -63,6 +63,6 @@ bits. On a terminal a progress line shows the bytes sent and the rate.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "make missing parent directories of REMOTE")
+	cmd.Flags().BoolVarP(&parents, "parents", "p", true, "make missing parent directories of REMOTE (--parents=false to refuse)")
 	return cmd
 }

@@ -148,7 +148,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	defer placed()
+	defer func() { placed(err == nil) }()
 
 	now := time.Now().UTC()
 	rec := store.SandboxRecord{

@@ -14,14 +14,18 @@ import (
 // nodeView is the control plane's picture of the nodes, refreshed from
 // their heartbeats, plus placements not yet reflected in them.
 type nodeView struct {
-	mu      sync.Mutex // guards following fields
-	nodes   []api.Node
-	seen    map[string]time.Time // node → last time it was listed
-	pending map[string]int       // node → creates placed and not yet done
+	mu    sync.Mutex // guards following fields
+	nodes []api.Node
+	seen  map[string]time.Time // node → last time it was listed
+	// placed counts sandboxes placed on a node and not yet visible in its
+	// heartbeat (creates in flight, and done since the heartbeat was
+	// taken), so that a burst of creates between heartbeats spreads.
+	placed map[string]int
+	beat   map[string]time.Time // node → LastSeen of the heartbeat placed counts from
 }
 
 func newNodeView() *nodeView {
-	return &nodeView{seen: map[string]time.Time{}, pending: map[string]int{}}
+	return &nodeView{seen: map[string]time.Time{}, placed: map[string]int{}, beat: map[string]time.Time{}}
 }
 
 func (v *nodeView) list() []api.Node {
@@ -30,20 +34,25 @@ func (v *nodeView) list() []api.Node {
 	return slices.Clone(v.nodes)
 }
 
-// pick places a sandbox and counts it as pending on the chosen node until
-// done is called.
-func (v *nodeView) pick(req scheduler.Request, stale time.Duration) (node string, done func(), err error) {
+// pick places a sandbox and counts it on the chosen node until the node's
+// next heartbeat; done(false) uncounts a create that failed.
+func (v *nodeView) pick(req scheduler.Request, stale time.Duration) (node string, done func(ok bool), err error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	node, err = scheduler.Pick(v.nodes, req, time.Now(), stale, v.pending)
+	node, err = scheduler.Pick(v.nodes, req, time.Now(), stale, v.placed)
 	if err != nil {
 		return "", nil, err
 	}
-	v.pending[node]++
-	return node, func() {
+	v.placed[node]++
+	beat := v.beat[node]
+	return node, func(ok bool) {
 		v.mu.Lock()
-		v.pending[node]--
-		v.mu.Unlock()
+		defer v.mu.Unlock()
+		// After a new heartbeat the count restarted and the heartbeat
+		// shows this sandbox (or not) by itself.
+		if !ok && v.beat[node] == beat && v.placed[node] > 0 {
+			v.placed[node]--
+		}
 	}, nil
 }
 
@@ -72,6 +81,10 @@ func (m *Manager) refreshNodes(ctx context.Context) []string {
 		}
 		if fresh {
 			v.seen[n.ID] = now
+		}
+		if !n.LastSeen.Equal(v.beat[n.ID]) {
+			v.beat[n.ID] = n.LastSeen
+			v.placed[n.ID] = 0
 		}
 	}
 	v.nodes = nodes

@@ -161,6 +161,10 @@ func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.Wr
 	rand.Read(suffix[:])
 	tmp := path.Join(dir, ".dsec-write-"+hex.EncodeToString(suffix[:]))
 	fh, err := f.work.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrNotExist) {
+		return api.FileInfo{}, errdefs.New(errdefs.NotFound, "parent_not_found",
+			"directory %s does not exist (write with parents to create it)", path.Dir(abs))
+	}
 	if err != nil {
 		return api.FileInfo{}, fileError(abs, err)
 	}

@@ -42,7 +42,7 @@ func TestFilesErrorCodes(t *testing.T) {
 		{"write without parent", func() error {
 			_, err := fs.Write(ctx, "x/y", strings.NewReader("x"), sandbox.WriteOptions{})
 			return err
-		}, errdefs.NotFound, "file_not_found"},
+		}, errdefs.NotFound, "parent_not_found"},
 		{"write past MaxBytes", func() error {
 			_, err := fs.Write(ctx, "big", strings.NewReader("12345"), sandbox.WriteOptions{MaxBytes: 4})
 			return err

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
@@ -32,13 +33,27 @@ type records interface {
 	ListImages(ctx context.Context) ([]store.ImageRecord, error)
 }
 
+// cacheTTL is how long a resolved name is reused without asking the
+// store. Every create resolves its image; under a burst of creates the
+// store's latency would otherwise add to each one. A re-tag is seen by
+// other servers within this time.
+const cacheTTL = 5 * time.Second
+
 // Registry resolves image references. It is safe for concurrent use.
 type Registry struct {
 	recs records
+
+	mu    sync.Mutex // guards following fields
+	cache map[string]cachedImage
+}
+
+type cachedImage struct {
+	rec     store.ImageRecord
+	expires time.Time
 }
 
 // New returns a registry over recs.
-func New(recs records) *Registry { return &Registry{recs: recs} }
+func New(recs records) *Registry { return &Registry{recs: recs, cache: map[string]cachedImage{}} }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,127}(:[A-Za-z0-9._-]{1,64})?$`)
 
@@ -72,7 +87,21 @@ func (r *Registry) Resolve(ctx context.Context, ref string) (store.ImageRecord, 
 	if err != nil {
 		return store.ImageRecord{}, err
 	}
-	return r.recs.GetImage(ctx, name)
+	now := time.Now()
+	r.mu.Lock()
+	c, ok := r.cache[name]
+	r.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.rec, nil
+	}
+	rec, err := r.recs.GetImage(ctx, name)
+	if err != nil {
+		return rec, err
+	}
+	r.mu.Lock()
+	r.cache[name] = cachedImage{rec: rec, expires: now.Add(cacheTTL)}
+	r.mu.Unlock()
+	return rec, nil
 }
 
 // AddDir registers dir (made absolute) as image name, replacing a
@@ -105,6 +134,9 @@ func (r *Registry) AddDir(ctx context.Context, name, dir string, tiers []string)
 	if err := r.recs.PutImage(ctx, rec); err != nil {
 		return store.ImageRecord{}, err
 	}
+	r.mu.Lock()
+	delete(r.cache, name)
+	r.mu.Unlock()
 	return rec, nil
 }
 

@@ -59,3 +59,21 @@ func TestAddDirAndResolve(t *testing.T) {
 		t.Errorf("Supports wrong for tiers %v", rec.Tiers)
 	}
 }
+
+func TestResolveSeesReplacement(t *testing.T) {
+	nc, _ := testenv.NATS(t)
+	st, err := store.Open(context.Background(), nc, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(st)
+	ctx := context.Background()
+	a, _ := r.AddDir(ctx, "img", t.TempDir(), nil)
+	if got, _ := r.Resolve(ctx, "img"); got.ID != a.ID {
+		t.Fatalf("Resolve = %s, want %s", got.ID, a.ID)
+	}
+	b, _ := r.AddDir(ctx, "img", t.TempDir(), nil)
+	if got, _ := r.Resolve(ctx, "img"); got.ID != b.ID || b.ID == a.ID {
+		t.Errorf("after re-adding, Resolve = %s, want %s (old %s)", got.ID, b.ID, a.ID)
+	}
+}
