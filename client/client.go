@@ -133,3 +133,6 @@ func newTransport() *http.Transport {
 
 // BaseURL returns the server URL the client talks to.
 func (c *Client) BaseURL() string { return c.base }
+
+// CloseIdleConnections closes the client's idle keep-alive connections.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }

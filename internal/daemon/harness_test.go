@@ -43,6 +43,7 @@ func startUp(t *testing.T, dir string, adjust func(*config.Config)) *up {
 	if adjust != nil {
 		adjust(&cfg)
 	}
+	goroutines := testenv.Goroutines()
 	u := &up{t: t, dir: dir, cfg: cfg, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	u.cancel = cancel
@@ -69,6 +70,9 @@ func startUp(t *testing.T, dir string, adjust func(*config.Config)) *up {
 	t.Cleanup(func() {
 		u.stop()
 		testenv.NoMountsUnder(t, dir)
+		u.c.CloseIdleConnections()
+		// Everything the daemon started has stopped with it.
+		testenv.GoroutinesSettle(t, goroutines)
 	})
 	return u
 }

@@ -36,20 +36,45 @@ func NoMountsUnder(t testing.TB, dir string) {
 	}
 }
 
-// GoroutinesSettle waits up to 5 s for the goroutine count to drop back to
-// at most base, and fails the test with a dump if it does not.
+// Goroutines counts the goroutines of this process, leaving out those that
+// live as long as the process once started (os/signal's loop).
+func Goroutines() int {
+	n, _ := goroutines()
+	return n
+}
+
+func goroutines() (int, string) {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.TrimSpace(g) != "" && !strings.Contains(g, "os/signal.signal_recv") {
+			count++
+		}
+	}
+	return count, string(buf)
+}
+
+// GoroutinesSettle waits up to 5 s for the goroutine count (as Goroutines
+// counts) to drop back to at most base, and fails the test with a dump if
+// it does not.
 func GoroutinesSettle(t testing.TB, base int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		n := runtime.NumGoroutine()
+		n, dump := goroutines()
 		if n <= base {
 			return
 		}
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("%d goroutines remain (started with %d):\n%s", n, base, buf)
+			t.Errorf("%d goroutines remain (started with %d):\n%s", n, base, dump)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
