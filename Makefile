@@ -46,9 +46,13 @@ python: build
 test: deps-test lint race python
 	@echo "make test: all passed"
 
+# In-process benchmarks, then the whole system measured through its API by
+# `dsec bench` against a fresh `dsec up` (figures: docs/bench.md).
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/function/... ./internal/wasmopt/...
-	scripts/bench.sh $(BIN)
+	$(GO) test -run '^$$' -bench 'InstantiateGoTool' -benchtime 2s ./internal/wasmopt/
+	$(GO) test -run '^$$' -bench 'CallTiny|CallGoTool' -benchtime 2s -cpu 1,2 ./internal/function/
+	$(GO) test -run '^$$' -bench 'IdleSandboxMemory' -benchtime 3x ./internal/function/
+	scripts/bench.sh $(BIN) --concurrency 1,2,8,32 --duration 5s --idle-sandboxes 4000
 
 clean:
 	rm -rf bin $(TOOLS)

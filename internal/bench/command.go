@@ -88,8 +88,14 @@ func envOr(k, def string) string {
 func PrintTable(w io.Writer, res []Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tconc\tops\terrors\tops/s\tp50 ms\tp90 ms\tp99 ms\t")
+	ms := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", v)
+	}
 	for _, r := range res {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t\n", r.Scenario, r.Concurrency, r.Ops, r.Errors, r.Rate, r.P50, r.P90, r.P99)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t\n", r.Scenario, r.Concurrency, r.Ops, r.Errors, r.Rate, ms(r.P50), ms(r.P90), ms(r.P99))
 	}
 	tw.Flush()
 	for _, r := range res {

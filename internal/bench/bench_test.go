@@ -1,0 +1,40 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentiles(t *testing.T) {
+	var lat []time.Duration
+	for i := 1; i <= 100; i++ {
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	if pct(lat, 50) != 50 || pct(lat, 99) != 99 || pct(lat, 90) != 90 {
+		t.Errorf("p50 %v p90 %v p99 %v", pct(lat, 50), pct(lat, 90), pct(lat, 99))
+	}
+	if pct(nil, 50) != 0 {
+		t.Error("empty input")
+	}
+}
+
+func TestRunCountsOpsAndErrors(t *testing.T) {
+	calls := 0
+	r := run(context.Background(), "x", 1, 10*time.Millisecond, 50*time.Millisecond, func(ctx context.Context, w int) error {
+		calls++
+		time.Sleep(time.Millisecond)
+		if calls%2 == 0 {
+			return errors.New("even")
+		}
+		return nil
+	})
+	if r.Ops == 0 || r.Errors == 0 || r.Rate <= 0 || r.P50 < 1 || !strings.Contains(r.FirstError, "even") {
+		t.Errorf("result %+v", r)
+	}
+	if r.Ops+r.Errors > calls {
+		t.Errorf("counted %d+%d of %d calls", r.Ops, r.Errors, calls)
+	}
+}
