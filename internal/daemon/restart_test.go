@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	testenv.SweepStale(30 * time.Minute)
 	os.Exit(m.Run())
 }
 

@@ -6,9 +6,11 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sandbox/sandboxtest"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"github.com/dsec-dev/dsec/internal/wasmtools"
 )
 
@@ -17,6 +19,7 @@ import (
 var testCacheDir string
 
 func TestMain(m *testing.M) {
+	testenv.SweepStale(30 * time.Minute)
 	dir, err := os.MkdirTemp("", "dsec-function-cache-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,10 +1,12 @@
 package function
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // mountStateFS puts the sandboxes directory on a tmpfs, when we may mount.
@@ -17,12 +19,12 @@ func mountStateFS(dir string) (bool, error) {
 	if isTmpfsMount(dir) {
 		return true, nil
 	}
-	if os.Geteuid() != 0 {
-		return false, nil
+	err := sys.MountTmpfs("dsec-function", dir, "mode=0700,size=256m")
+	if errors.Is(err, errdefs.ErrNotSupported) {
+		return false, nil // not root: state stays on the host file system
 	}
-	err := unix.Mount("dsec-function", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700,size=256m")
 	if err != nil {
-		return false, fmt.Errorf("mounting the sandbox state tmpfs on %s: %w", dir, err)
+		return false, fmt.Errorf("the sandbox state tmpfs: %w", err)
 	}
 	return true, nil
 }

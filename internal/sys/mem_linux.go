@@ -1,0 +1,28 @@
+package sys
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reserve maps size bytes of address space without committing memory;
+// pages are committed as they are touched and read as zeros until then.
+func Reserve(size uint64) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("reserving %d bytes: %w", size, err)
+	}
+	return b, nil
+}
+
+// Unreserve unmaps a region Reserve returned.
+func Unreserve(b []byte) {
+	_ = unix.Munmap(b) // only fails for a region Reserve did not return
+}
+
+// DropPages returns b's pages to the kernel; they read back as zeros.
+func DropPages(b []byte) error {
+	return unix.Madvise(b, unix.MADV_DONTNEED)
+}

@@ -1,0 +1,22 @@
+//go:build !linux
+
+package sys
+
+import (
+	"fmt"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+func MountTmpfs(source, target, options string) error {
+	return fmt.Errorf("mounting tmpfs on %s: %w", target, errdefs.ErrNotSupported)
+}
+
+func Unmount(string) error            { return nil }
+func DetachMount(string) error        { return nil }
+func IsTmpfsRoot(string) bool         { return false }
+func UsedBytes(string) (int64, error) { return 0, errdefs.ErrNotSupported }
+
+func Reserve(uint64) ([]byte, error) { return nil, errdefs.ErrNotSupported }
+func Unreserve([]byte)               {}
+func DropPages([]byte) error         { return errdefs.ErrNotSupported }

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package testenv
+
+import "time"
+
+// SweepStale does nothing where DSec's tests mount nothing.
+func SweepStale(maxAge time.Duration) {}
