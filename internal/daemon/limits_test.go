@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,5 +166,38 @@ func TestDirImage(t *testing.T) {
 	}
 	if _, err := u.c.AddDirImage(ctx, api.AddDirImageRequest{Name: "x", Path: "relative"}); !client.IsInvalid(err) {
 		t.Errorf("relative dir: %v", err)
+	}
+}
+
+// TestDeleteDuringStalledUpload deletes a sandbox while an upload to it is
+// stuck half-way: the delete must not wait for the uploader.
+func TestDeleteDuringStalledUpload(t *testing.T) {
+	u := startUp(t, "", nil)
+	ctx := context.Background()
+	sb, err := u.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	uploadDone := make(chan error, 1)
+	go func() {
+		_, err := u.c.WriteFile(ctx, sb.ID, "stalled.bin", pr, client.WriteOptions{})
+		uploadDone <- err
+	}()
+	// More than one chunk, then nothing.
+	if _, err := pw.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	if err := u.c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("delete waited %v for a stalled upload", d)
+	}
+	pw.CloseWithError(errors.New("giving up"))
+	if err := <-uploadDone; err == nil {
+		t.Error("the stalled upload succeeded after its sandbox was deleted")
 	}
 }

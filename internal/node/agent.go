@@ -216,6 +216,9 @@ func (a *Agent) Destroy(ctx context.Context, id string) error {
 	e, ok := a.sandboxes[id]
 	delete(a.sandboxes, id)
 	a.mu.Unlock()
+	// Transfers in progress would hold the sandbox's destroy up until
+	// their client sent the next chunk; end them first.
+	a.endSessions(id)
 	if !ok || e.sb == nil {
 		return nil
 	}

@@ -251,6 +251,32 @@ func (a *Agent) startWrite(r noderpc.FileRequest, fs sandbox.Files) *writeSessio
 
 var errWriteDone = errors.New("write finished")
 
+// endSessions closes the read and write sessions of sandbox id.
+func (a *Agent) endSessions(id string) {
+	var reads []*readSession
+	var writes []*writeSession
+	a.mu.Lock()
+	for h, r := range a.reads {
+		if r.sandbox == id {
+			reads = append(reads, r)
+			delete(a.reads, h)
+		}
+	}
+	for h, w := range a.writes {
+		if w.sandbox == id {
+			writes = append(writes, w)
+			delete(a.writes, h)
+		}
+	}
+	a.mu.Unlock()
+	for _, r := range reads {
+		r.f.Close()
+	}
+	for _, w := range writes {
+		w.abort()
+	}
+}
+
 // janitor expires idle file sessions.
 func (a *Agent) janitor(ctx context.Context) {
 	defer a.wg.Done()
