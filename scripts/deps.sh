@@ -4,8 +4,8 @@
 #   scripts/deps.sh test      what `make test` needs on top
 set -euo pipefail
 
-runtime=(ca-certificates)
-test=(python3 python3-httpx python3-pytest python3-pytest-asyncio wabt)
+runtime=(ca-certificates erofs-utils busybox-static debootstrap)
+test=(python3 python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr)
 
 want=("${runtime[@]}")
 if [ "${1:-runtime}" = test ]; then

@@ -20,3 +20,13 @@ func UsedBytes(string) (int64, error) { return 0, errdefs.ErrNotSupported }
 func Reserve(uint64) ([]byte, error) { return nil, errdefs.ErrNotSupported }
 func Unreserve([]byte)               {}
 func DropPages([]byte) error         { return errdefs.ErrNotSupported }
+
+func MountErofs(meta, blob, target string) error {
+	return fmt.Errorf("mounting erofs on %s: %w", target, errdefs.ErrNotSupported)
+}
+
+func MountOverlay(target string, lowers []string, upper, work string) error {
+	return fmt.Errorf("mounting overlay on %s: %w", target, errdefs.ErrNotSupported)
+}
+
+func MountsUnder(string) ([]string, error) { return nil, nil }

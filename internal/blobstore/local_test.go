@@ -1,0 +1,76 @@
+package blobstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+func digestOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func TestLocalStore(t *testing.T) {
+	ctx := context.Background()
+	s, err := NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := strings.Repeat("0123456789", 1000)
+	d := digestOf(content)
+	info, err := s.Put(ctx, d, strings.NewReader(content))
+	if err != nil || info.Size != int64(len(content)) {
+		t.Fatalf("Put = %+v, %v", info, err)
+	}
+	if _, err := s.Put(ctx, d, strings.NewReader(content)); err != nil {
+		t.Errorf("second Put: %v", err)
+	}
+	r, err := s.ReadRange(ctx, d, 995, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r)
+	r.Close()
+	if string(b) != "5678901234" {
+		t.Errorf("ReadRange = %q", b)
+	}
+	rc, info, err := s.Open(ctx, d)
+	if err != nil || info.Size != int64(len(content)) {
+		t.Fatal(err)
+	}
+	all, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(all) != content {
+		t.Error("Open returned other content")
+	}
+	if l, err := s.List(ctx); err != nil || len(l) != 1 || l[0].Digest != d {
+		t.Errorf("List = %+v, %v", l, err)
+	}
+	if _, err := s.Put(ctx, digestOf("other"), strings.NewReader("not other")); !errors.Is(err, errdefs.Invalid) {
+		t.Errorf("Put with a wrong digest: %v, want Invalid", err)
+	}
+	if _, err := s.Stat(ctx, digestOf("other")); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("a refused Put left a blob: %v", err)
+	}
+	for _, bad := range []string{"", "sha256:abc", "md5:" + strings.Repeat("0", 32), "sha256:../../etc/passwd" + strings.Repeat("0", 40)} {
+		if _, err := s.Stat(ctx, bad); !errors.Is(err, errdefs.Invalid) {
+			t.Errorf("Stat(%q): %v, want Invalid", bad, err)
+		}
+	}
+	if err := s.Delete(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, d); err != nil {
+		t.Errorf("second Delete: %v", err)
+	}
+	if _, _, err := s.Open(ctx, d); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("Open after Delete: %v", err)
+	}
+}
