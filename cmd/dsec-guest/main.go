@@ -1,0 +1,18 @@
+// Command dsec-guest is DSec's in-sandbox agent: PID 1 of a container
+// sandbox. It is a small static binary, reached by sandboxes through the
+// read-only toolkit/dsec-guest layer (/opt/dsec/bin/dsec-guest).
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/dsec-dev/dsec/internal/guest"
+)
+
+// Set by the build (-ldflags "-X main.version=…").
+var version = "dev"
+
+func main() {
+	os.Exit(guest.Main(context.Background(), version, os.Args[1:], os.Stdout, os.Stderr))
+}
