@@ -29,7 +29,8 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 	types := []any{CreateSandboxRequest{}, Sandbox{}, SandboxList{}, SetTimeoutRequest{}, ExecRequest{},
 		ExecResult{}, ExecEvent{}, Process{}, ProcessList{}, StdinRequest{}, SignalRequest{}, FileInfo{},
 		FileList{}, ExistsResponse{}, MkdirRequest{}, RenameRequest{}, Error{}, Health{}, VersionInfo{},
-		TierInfo{}, Node{}, NodeList{}, Image{}, ImageList{}, AddDirImageRequest{}}
+		TierInfo{}, Node{}, NodeList{}, Image{}, ImageList{}, AddDirImageRequest{}, ImageLayer{}, Layer{}, LayerList{},
+		CreateImageRequest{}, TagRequest{}, BuildDirLayerRequest{}}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)
 		schema, ok := doc.Components.Schemas[rt.Name()]

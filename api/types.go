@@ -52,6 +52,9 @@ type CreateSandboxRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Labels are free key/value pairs that list can filter on.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Layers names the image's layers inline instead of Image: bottom
+	// first, each by name:version or ID.
+	Layers []ImageLayer `json:"layers,omitempty"`
 }
 
 // Sandbox describes a sandbox.
@@ -286,12 +289,17 @@ type NodeList struct {
 	Nodes []Node `json:"nodes"`
 }
 
-// Image describes an image a sandbox can start from.
+// Image describes an image a sandbox can start from: an ordered list of
+// layers (bottom first), or a directory on the server for development
+// images.
 type Image struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
+	ID string `json:"id"`
+	// Name is the name:tag this entry was listed or resolved under.
+	Name   string       `json:"name,omitempty"`
+	Layers []ImageLayer `json:"layers,omitempty"`
 	// Tiers the image is meant for (empty: any).
-	Tiers     []string  `json:"tiers,omitempty"`
+	Tiers []string `json:"tiers,omitempty"`
+	// Source is "layers", or "dir:<path>" for a directory image.
 	Source    string    `json:"source"`
 	CreatedAt time.Time `json:"created_at"`
 }
@@ -308,4 +316,53 @@ type AddDirImageRequest struct {
 	Name  string   `json:"name"`
 	Path  string   `json:"path"`
 	Tiers []string `json:"tiers,omitempty"`
+}
+
+// ImageLayer is one layer of an image.
+type ImageLayer struct {
+	Role string `json:"role"`
+	ID   string `json:"id"`
+}
+
+// Layer describes a layer: an EROFS metadata image and data blob.
+type Layer struct {
+	ID string `json:"id"`
+	// Names are the name:version references that point at it.
+	Names      []string  `json:"names,omitempty"`
+	MetaSize   int64     `json:"meta_size"`
+	BlobSize   int64     `json:"blob_size"`
+	SourceKind string    `json:"source_kind"`
+	Source     string    `json:"source_digest"`
+	Builder    string    `json:"builder"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// LayerList is the body of GET /v1/layers.
+type LayerList struct {
+	Layers []Layer `json:"layers"`
+}
+
+// CreateImageRequest composes an image from layers (POST /v1/images).
+// Layers are given bottom first, each by name:version or ID, with a role;
+// Base, Workspace and Toolkit are a shorthand for the usual three.
+type CreateImageRequest struct {
+	Name      string       `json:"name"`
+	Layers    []ImageLayer `json:"layers,omitempty"`
+	Base      string       `json:"base,omitempty"`
+	Workspace string       `json:"workspace,omitempty"`
+	Toolkit   string       `json:"toolkit,omitempty"`
+	Tiers     []string     `json:"tiers,omitempty"`
+}
+
+// TagRequest points a name:tag at an image (POST /v1/images/tag).
+type TagRequest struct {
+	Image string `json:"image"`
+	Name  string `json:"name"`
+}
+
+// BuildDirLayerRequest builds a layer from a directory on the server
+// (POST /v1/layers/dir; an operator convenience like directory images).
+type BuildDirLayerRequest struct {
+	Path string `json:"path"`
+	Name string `json:"name,omitempty"`
 }

@@ -6,7 +6,6 @@ import (
 
 	wire "github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/image"
 )
 
 // health is ready when at least one node heartbeats.
@@ -44,31 +43,4 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request, _ string) {
 		nodes = []wire.Node{}
 	}
 	writeJSON(w, http.StatusOK, wire.NodeList{Nodes: nodes})
-}
-
-func (s *Server) listImages(w http.ResponseWriter, r *http.Request, _ string) {
-	imgs, err := s.opt.Images.List(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, wire.ImageList{Images: imgs})
-}
-
-func (s *Server) addDirImage(w http.ResponseWriter, r *http.Request, _ string) {
-	if !s.opt.AllowDirImages {
-		s.writeError(w, r, errdefs.New(errdefs.PermissionDenied, "dir_images_disabled", "directory images are disabled on this server"))
-		return
-	}
-	var req wire.AddDirImageRequest
-	if err := s.decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	rec, err := s.opt.Images.AddDir(r.Context(), req.Name, req.Path, req.Tiers)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, image.ToAPI(rec))
 }

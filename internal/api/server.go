@@ -37,6 +37,8 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxFileBytes caps uploads (4 GiB).
 	MaxFileBytes int64
+	// MaxLayerBytes caps layer archive uploads (32 GiB).
+	MaxLayerBytes int64
 	// AllowDirImages enables POST /v1/images/dir (operator convenience).
 	AllowDirImages bool
 }
@@ -60,6 +62,9 @@ func New(opt Options) *Server {
 	if opt.MaxFileBytes == 0 {
 		opt.MaxFileBytes = 4 << 30
 	}
+	if opt.MaxLayerBytes == 0 {
+		opt.MaxLayerBytes = 32 << 30
+	}
 	s := &Server{opt: opt, mgr: opt.Manager, log: opt.Logger.With("component", "api"), mux: http.NewServeMux()}
 	s.routes()
 	return s
@@ -79,7 +84,16 @@ func (s *Server) routes() {
 	priv("GET /v1/version", s.version)
 	priv("GET /v1/nodes", s.nodes)
 	priv("GET /v1/images", s.listImages)
+	priv("POST /v1/images", s.createImage)
 	priv("POST /v1/images/dir", s.addDirImage)
+	priv("POST /v1/images/tag", s.tagImage)
+	priv("GET /v1/images/{ref...}", s.getImage)
+	priv("DELETE /v1/images/{ref...}", s.deleteImage)
+	priv("GET /v1/layers", s.listLayers)
+	priv("POST /v1/layers", s.importLayer)
+	priv("POST /v1/layers/dir", s.buildDirLayer)
+	priv("GET /v1/layers/{ref...}", s.getLayer)
+	priv("DELETE /v1/layers/{ref...}", s.deleteLayer)
 	priv("POST /v1/sandboxes", s.createSandbox)
 	priv("GET /v1/sandboxes", s.listSandboxes)
 	priv("GET /v1/sandboxes/{id}", s.getSandbox)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 func digestOf(s string) string {
@@ -18,11 +19,25 @@ func digestOf(s string) string {
 }
 
 func TestLocalStore(t *testing.T) {
-	ctx := context.Background()
 	s, err := NewLocal(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	testStore(t, s)
+}
+
+func TestNATSStore(t *testing.T) {
+	nc, _ := testenv.NATS(t)
+	s, err := NewNATS(context.Background(), nc, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testStore(t, s)
+}
+
+// testStore is the behaviour every Store shares.
+func testStore(t *testing.T, s Store) {
+	ctx := context.Background()
 	content := strings.Repeat("0123456789", 1000)
 	d := digestOf(content)
 	info, err := s.Put(ctx, d, strings.NewReader(content))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/layer"
 )
 
 // Operations.
@@ -78,11 +79,20 @@ func Subject(node, op string) string { return "dsec.node." + node + "." + op }
 // SubjectAll matches every operation of node.
 func SubjectAll(node string) string { return "dsec.node." + node + ".>" }
 
-// ImageRef names an image and where it comes from.
+// ImageRef names an image and where it comes from: its layers (bottom
+// first), or a directory source for development images.
 type ImageRef struct {
-	ID     string `json:"id"`
-	Name   string `json:"name"`
-	Source string `json:"source"`
+	ID     string     `json:"id"`
+	Name   string     `json:"name"`
+	Source string     `json:"source"`
+	Layers []LayerRef `json:"layers,omitempty"`
+}
+
+// LayerRef is a layer and its manifest, which names its files in the
+// blob store.
+type LayerRef struct {
+	ID       string         `json:"id"`
+	Manifest layer.Manifest `json:"manifest"`
 }
 
 // CreateRequest asks a node to create a sandbox.

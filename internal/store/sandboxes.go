@@ -21,8 +21,11 @@ type SandboxRecord struct {
 	// Env is kept so a node can recreate what it lost; never returned by
 	// the API.
 	Env map[string]string `json:"env,omitempty"`
-	// ImageSource tells the node how to materialise the image.
+	// ImageSource tells the node how to materialise the image: "layers"
+	// or a development directory.
 	ImageSource string `json:"image_source,omitempty"`
+	// Layers are the image's layer IDs, bottom first (for in-use checks).
+	Layers []string `json:"layers,omitempty"`
 	// StateSince is when the sandbox entered its state.
 	StateSince time.Time `json:"state_since"`
 }

@@ -22,6 +22,7 @@ const (
 	BucketSandboxes = "dsec_sandboxes"
 	BucketNodes     = "dsec_nodes"
 	BucketImages    = "dsec_images"
+	BucketLayers    = "dsec_layers"
 	StreamEvents    = "DSEC_EVENTS"
 	// EventSubjectPrefix prefixes lifecycle event subjects:
 	// dsec.events.sandbox.<id>.<state>.
@@ -43,7 +44,8 @@ type Store struct {
 	js        jetstream.JetStream
 	sandboxes jetstream.KeyValue
 	nodes     jetstream.KeyValue
-	images    jetstream.KeyValue
+	imageKV   jetstream.KeyValue
+	layerKV   jetstream.KeyValue
 }
 
 // Open creates the buckets and stream if needed and returns the store.
@@ -70,8 +72,10 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 			Description: "sandbox records"}},
 		{&s.nodes, jetstream.KeyValueConfig{Bucket: BucketNodes, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
 			TTL: opt.NodeTTL, Description: "node heartbeats"}},
-		{&s.images, jetstream.KeyValueConfig{Bucket: BucketImages, History: 5, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
-			Description: "image records"}},
+		{&s.imageKV, jetstream.KeyValueConfig{Bucket: BucketImages, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+			Description: "images by ID and name"}},
+		{&s.layerKV, jetstream.KeyValueConfig{Bucket: BucketLayers, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+			Description: "layers by ID and name"}},
 	}
 	for _, b := range buckets {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
@@ -165,6 +169,9 @@ func put(ctx context.Context, kv jetstream.KeyValue, key, what string, v any) (u
 
 func list[T any](ctx context.Context, kv jetstream.KeyValue, what string) ([]T, error) {
 	lister, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing %ss: %w", what, err)
 	}
@@ -182,3 +189,7 @@ func list[T any](ctx context.Context, kv jetstream.KeyValue, what string) ([]T, 
 	}
 	return out, nil
 }
+
+// jsonCanonical encodes v as JSON; struct fields keep their declared order
+// and map keys are sorted, so equal values encode equally.
+func jsonCanonical(v any) ([]byte, error) { return json.Marshal(v) }

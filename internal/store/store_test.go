@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,15 +110,34 @@ func TestWatchSandboxes(t *testing.T) {
 func TestImagesAndNodes(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
-	if err := s.PutImage(ctx, ImageRecord{ID: "i1", Name: "base/busybox:1.0", Source: "dir:/x"}); err != nil {
+	m := ImageManifest{Version: 1, Layers: []ImageLayer{{Role: "base", ID: "sha256:" + strings.Repeat("a", 64)}}}
+	rec := ImageRecord{ID: m.ID(), Manifest: m, Created: time.Now()}
+	if err := s.PutImage(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.GetImage(ctx, "base/busybox:1.0")
-	if err != nil || got.ID != "i1" {
+	if err := s.PutImage(ctx, rec); err != nil {
+		t.Errorf("putting the same image again: %v", err)
+	}
+	if err := s.SetImageName(ctx, "base/busybox:1.0", rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.GetImageName(ctx, "base/busybox:1.0")
+	if err != nil || n.ID != rec.ID {
+		t.Errorf("GetImageName = %+v, %v", n, err)
+	}
+	got, err := s.GetImage(ctx, n.ID)
+	if err != nil || got.Manifest.Layers[0].Role != "base" {
 		t.Errorf("GetImage = %+v, %v", got, err)
 	}
-	if _, err := s.GetImage(ctx, "missing:1"); !errors.Is(err, errdefs.NotFound) || errdefs.CodeOf(err) != "image_not_found" {
+	if _, err := s.GetImageName(ctx, "missing:1"); !errors.Is(err, errdefs.NotFound) || errdefs.CodeOf(err) != "image_not_found" {
 		t.Errorf("missing image: err = %v", err)
+	}
+	recs, names, err := s.ListImages(ctx)
+	if err != nil || len(recs) != 1 || len(names) != 1 {
+		t.Errorf("ListImages = %d, %d, %v", len(recs), len(names), err)
+	}
+	if ImageManifest.ID(m) == (ImageManifest{Version: 1}).ID() {
+		t.Error("different manifests have the same ID")
 	}
 	if err := s.PutNode(ctx, api.Node{ID: "n1", Ready: true}); err != nil {
 		t.Fatal(err)
