@@ -175,17 +175,33 @@ func (c *Client) withTimeout(ctx context.Context, extra time.Duration) (context.
 // call sends in (if not nil) as JSON and decodes a 2xx response into out
 // (if not nil). extra extends the client's timeout for this call.
 func (c *Client) call(ctx context.Context, method, path string, in, out any, extra time.Duration) error {
-	r := request{method: method, path: path, accept: hdrJSON}
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("encoding request: %w", err)
-		}
-		r.body, r.ctype = b, hdrJSON
+	r, err := jsonRequest(method, path, in)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := c.withTimeout(ctx, extra)
 	defer cancel()
-	resp, err := c.send(ctx, &r)
+	return c.exchange(ctx, r, out)
+}
+
+// jsonRequest returns a request that sends in (if not nil) as JSON and
+// accepts JSON.
+func jsonRequest(method, path string, in any) (*request, error) {
+	r := &request{method: method, path: path, accept: hdrJSON}
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("encoding request: %w", err)
+		}
+		r.body, r.ctype = b, hdrJSON
+	}
+	return r, nil
+}
+
+// exchange sends r, bounded by ctx only, and decodes a 2xx response into
+// out (if not nil).
+func (c *Client) exchange(ctx context.Context, r *request, out any) error {
+	resp, err := c.send(ctx, r)
 	if err != nil {
 		return err
 	}

@@ -36,25 +36,6 @@ func (c *Client) Nodes(ctx context.Context) (*api.NodeList, error) {
 	return &l, nil
 }
 
-// Images lists the images sandboxes can start from.
-func (c *Client) Images(ctx context.Context) (*api.ImageList, error) {
-	var l api.ImageList
-	if err := c.call(ctx, http.MethodGet, "/v1/images", nil, &l, 0); err != nil {
-		return nil, err
-	}
-	return &l, nil
-}
-
-// AddDirImage registers a directory on the server host as an image. The
-// path is taken as the server sees it.
-func (c *Client) AddDirImage(ctx context.Context, req api.AddDirImageRequest) (*api.Image, error) {
-	var img api.Image
-	if err := c.call(ctx, http.MethodPost, "/v1/images/dir", req, &img, 0); err != nil {
-		return nil, err
-	}
-	return &img, nil
-}
-
 // OpenAPI returns the server's OpenAPI document, as JSON.
 func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 	return c.getRaw(ctx, "/v1/openapi.json", hdrJSON)
