@@ -84,9 +84,10 @@ func (c *Cache) recover(ctx context.Context) error {
 	}
 
 	// Mount points left empty between mkdir and mount, or unmount and
-	// rmdir. os.Remove only removes empty directories.
+	// rmdir (a cached layer keeps its mount point: see GC). os.Remove only
+	// removes empty directories.
 	for kind, mounted := range map[string]func(string) bool{
-		"mnt":   func(n string) bool { return c.layers[n] != nil && c.layers[n].mounted },
+		"mnt":   func(n string) bool { return c.layers[n] != nil && (c.layers[n].mounted || c.layers[n].cached) },
 		"views": func(n string) bool { return c.views[n] != nil },
 		"roots": func(n string) bool { return c.roots[n] != nil },
 	} {
@@ -164,18 +165,27 @@ func (c *Cache) GC(ctx context.Context) error {
 		c.mu.Unlock()
 	}
 
-	// Layer mounts no one references.
+	// Layer mounts no one references. A cached layer keeps its mount point
+	// for the next mount (mkdir and rmdir cost more than the mount itself
+	// on some disks); eviction removes it with the files.
 	c.mu.Lock()
 	var layers []*layerEntry
+	var keepDir []bool
 	for _, e := range c.layers {
 		if e.refs == 0 && e.busy == nil && e.mounted {
 			e.busy = newFlight()
 			layers = append(layers, e)
+			keepDir = append(keepDir, e.cached)
 		}
 	}
 	c.mu.Unlock()
-	for _, e := range layers {
-		err := c.unmountDir(c.mntDir(e.hex))
+	for i, e := range layers {
+		var err error
+		if keepDir[i] {
+			err = sys.Unmount(c.mntDir(e.hex))
+		} else {
+			err = c.unmountDir(c.mntDir(e.hex))
+		}
 		c.mu.Lock()
 		f := e.busy
 		e.busy = nil
@@ -248,6 +258,11 @@ func (c *Cache) evict() error {
 	var errs []error
 	for _, e := range victims {
 		err := c.removeDir(c.filesDir(e.hex))
+		if err == nil {
+			if rerr := os.Remove(c.mntDir(e.hex)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				c.log.Warn("removing an evicted layer's mount point", "layer", e.hex, "err", rerr)
+			}
+		}
 		c.mu.Lock()
 		f := e.busy
 		e.busy = nil

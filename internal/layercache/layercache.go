@@ -36,7 +36,10 @@
 // Views stay mounted with no holders until GC (the next View of the same
 // stack is then free); roots are unmounted by their release. GC unmounts
 // what nothing references and evicts cached files, least recently used
-// first, while the cache is over its budget. Mounts found by New are
+// first, while the cache is over its budget. It removes the mount points
+// of views and roots; a layer's mount point mnt/<hex> stays as long as its
+// files are cached, for the next mount (on the development host's ext4 a
+// mkdir and rmdir cost 100-900 µs, more than the mount itself). Mounts found by New are
 // adopted with no references: the node agent re-acquires what its
 // recovered sandboxes use (View and Root take over an existing mount), and
 // a GC after that removes the rest.
@@ -70,7 +73,9 @@ type Layer struct {
 // Options configure a Cache.
 type Options struct {
 	// Dir holds the cache (see the package documentation for its layout).
-	// It must not contain ',' or ':' (overlay option separators).
+	// It must be on a disk file system such as ext4 or xfs: EROFS cannot
+	// mount a file that lives on tmpfs ("block device required"). Its path
+	// must not contain ',' or ':' (overlay option separators).
 	Dir string
 	// Store is where layer files come from.
 	Store blobstore.Store

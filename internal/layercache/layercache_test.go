@@ -23,12 +23,21 @@ func gcAndCheckEmpty(t *testing.T, c *Cache, dir string) {
 	if err := c.GC(context.Background()); err != nil {
 		t.Errorf("GC: %v", err)
 	}
-	if m := mountsByType(t, dir); len(m) != 0 {
-		t.Errorf("mounts left after GC: %v", m)
+	for _, sub := range []string{"files", "mnt", "views", "roots", "tmp"} {
+		if m := mountsByType(t, filepath.Join(dir, sub)); len(m) != 0 {
+			t.Errorf("mounts left under %s/ after GC: %v", sub, m)
+		}
 	}
-	for _, sub := range []string{"mnt", "views", "roots", "tmp"} {
+	for _, sub := range []string{"views", "roots", "tmp"} {
 		if ents := dirEntries(t, filepath.Join(dir, sub)); len(ents) != 0 {
 			t.Errorf("%s/ not empty after GC: %q", sub, ents)
+		}
+	}
+	// Cached layers keep their (empty) mount points; others have none.
+	cached := dirEntries(t, filepath.Join(dir, "files"))
+	for _, m := range dirEntries(t, filepath.Join(dir, "mnt")) {
+		if !slices.Contains(cached, m) {
+			t.Errorf("mount point mnt/%s left for a layer that is not cached", m)
 		}
 	}
 	if s := c.Stats(); s.Mounts != 0 || s.Views != 0 || s.Roots != 0 {
@@ -149,6 +158,29 @@ func TestHardLinkFromLocalStore(t *testing.T) {
 		t.Errorf("the blob was not hard-linked from the store (%v, %v)", err1, err2)
 	}
 	gcAndCheckEmpty(t, c, e.dir)
+
+	// On another file system the files are copied. (The only other file
+	// system at hand is tmpfs, from which EROFS cannot mount a file: the
+	// mount fails, which also shows that a failed mount leaves nothing.)
+	other := filepath.Join(e.root, "other")
+	os.Mkdir(other, 0o755)
+	if err := sys.MountTmpfs("layercache-test", other, "size=16m"); err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Unmount(other)
+	c2 := e.open(Options{Dir: other})
+	defer c2.Close(ctx)
+	if _, _, err := c2.View(ctx, []Layer{l}); errdefs.CodeOf(err) != "layer_mount_failed" {
+		t.Errorf("View with the cache on tmpfs: %v, want layer_mount_failed", err)
+	}
+	b, err2 = os.Stat(filepath.Join(other, "files", hexOf(l), layer.BlobFile))
+	if err2 != nil || os.SameFile(a, b) {
+		t.Errorf("blob across file systems: %v, same file %v", err2, err2 == nil && os.SameFile(a, b))
+	}
+	if s := c2.Stats(); s.Fetches != 1 || s.Layers != 1 || s.Mounts != 0 {
+		t.Errorf("Stats = %+v", s)
+	}
+	gcAndCheckEmpty(t, c2, other)
 }
 
 func TestManySandboxesShareLayerMounts(t *testing.T) {
