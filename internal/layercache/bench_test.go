@@ -79,7 +79,7 @@ func BenchmarkMountLayer(b *testing.B) {
 	b.Run("syscalls", func(b *testing.B) {
 		files := filepath.Join(e.dir, "files", hexOf(l))
 		target := filepath.Join(e.root, "raw")
-		if err := os.Mkdir(target, 0o755); err != nil {
+		if err := os.MkdirAll(target, 0o755); err != nil {
 			b.Fatal(err)
 		}
 		var mounts, unmounts []time.Duration

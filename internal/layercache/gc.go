@@ -30,15 +30,15 @@ func (c *Cache) recover(ctx context.Context) error {
 			continue // the cache directory itself, or a sandbox's own mounts inside its root
 		}
 		switch {
-		case kind == "mnt" && validHex(name):
+		case kind == "mnt" && validHex(name) && m.FSType == "erofs":
 			if e := c.layers[name]; e != nil {
 				c.log.Warn("a layer is mounted more than once", "layer", name)
 				continue
 			}
 			c.layers[name] = &layerEntry{hex: name, mounted: true}
-		case kind == "views" && validHex(name):
+		case kind == "views" && validHex(name) && m.FSType == "overlay":
 			c.views[name] = &viewEntry{key: name, mounted: true, options: m.Options}
-		case kind == "roots" && rootIDPattern.MatchString(name):
+		case kind == "roots" && rootIDPattern.MatchString(name) && m.FSType == "overlay":
 			c.roots[name] = &rootEntry{id: name, options: m.Options}
 		default:
 			c.log.Warn("ignoring a foreign mount in the layer cache", "mount", m.Target, "type", m.FSType)
