@@ -1,0 +1,137 @@
+package layer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// Load reads the artifact in dir from its layer.json. It checks the
+// manifest's own consistency, not the files; see Validate.
+func Load(dir string) (Artifact, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return Artifact{}, errdefs.Wrap(errdefs.NotFound, "layer_not_found", err, "no layer manifest in %s", dir)
+	}
+	if err != nil {
+		return Artifact{}, fmt.Errorf("reading layer manifest: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Artifact{}, errdefs.Wrap(errdefs.Invalid, "layer_manifest", err, "layer manifest in %s is not valid JSON", dir)
+	}
+	if err := m.Validate(); err != nil {
+		return Artifact{}, errdefs.Wrap(errdefs.Invalid, "layer_manifest", err, "layer manifest in %s is invalid", dir)
+	}
+	return Artifact{Dir: dir, Manifest: m}, nil
+}
+
+// prepareOutDir creates outDir if needed and fails if it holds anything.
+func prepareOutDir(outDir string) error {
+	if outDir == "" {
+		return errdefs.New(errdefs.Invalid, "layer_out_dir", "no output directory given")
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return fmt.Errorf("creating layer directory: %w", err)
+	}
+	f, err := os.Open(outDir)
+	if err != nil {
+		return fmt.Errorf("opening layer directory: %w", err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("reading layer directory: %w", err)
+	}
+	if len(names) > 0 {
+		return errdefs.New(errdefs.Conflict, "layer_out_dir_not_empty", "output directory %s is not empty", outDir)
+	}
+	return nil
+}
+
+// cleanOutDir removes what a failed build left in outDir (only the
+// artifact's own files, never anything else).
+func cleanOutDir(outDir string) {
+	for _, n := range []string{MetaFile, BlobFile, ManifestFile} {
+		_ = os.Remove(filepath.Join(outDir, n)) // best effort: the build already failed
+	}
+}
+
+// hashFile returns the file's size and "sha256:<hex>".
+func hashFile(path string) (FileRef, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return FileRef{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return FileRef{}, fmt.Errorf("hashing %s: %w", path, err)
+	}
+	return FileRef{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+}
+
+// finish hashes the built files, writes layer.json and validates the
+// artifact.
+func finish(ctx context.Context, outDir string, src Source, b Builder) (Artifact, error) {
+	meta, err := hashFile(filepath.Join(outDir, MetaFile))
+	if err != nil {
+		return Artifact{}, err
+	}
+	blob, err := hashFile(filepath.Join(outDir, BlobFile))
+	if err != nil {
+		return Artifact{}, err
+	}
+	m := Manifest{
+		MediaType: MediaType,
+		Version:   1,
+		Meta:      meta,
+		Blob:      blob,
+		ChunkSize: ChunkSize,
+		Source:    src,
+		Builder:   b,
+	}
+	if err := m.Validate(); err != nil {
+		return Artifact{}, fmt.Errorf("built layer: %w", err)
+	}
+	if err := writeFileSync(filepath.Join(outDir, ManifestFile), m.Canonical()); err != nil {
+		return Artifact{}, err
+	}
+	a := Artifact{Dir: outDir, Manifest: m}
+	if err := Validate(ctx, a); err != nil {
+		return Artifact{}, err
+	}
+	return a, nil
+}
+
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// uuidFromDigest formats the first 16 bytes of a "sha256:<hex>" digest
+// as a UUID string.
+func uuidFromDigest(d string) string {
+	h := d[len("sha256:"):]
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}

@@ -1,0 +1,110 @@
+package layer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// Check is what Validate checked, for callers that log.
+type Check struct {
+	// Fsck is "passed", or "skipped: <reason>" when fsck.erofs could not
+	// be run (it is not installed).
+	Fsck string
+}
+
+// Validate checks an artifact on disk: its manifest is consistent, the
+// files' digests and sizes match it, meta.erofs has an EROFS superblock
+// with exactly one extra device, and fsck.erofs (when installed) accepts
+// the image with data.blob as that device. Corruption is reported as an
+// errdefs.Invalid error with code "layer_digest_mismatch",
+// "layer_bad_superblock", "layer_devices" or "layer_fsck".
+func Validate(ctx context.Context, a Artifact) error {
+	_, err := CheckArtifact(ctx, a)
+	return err
+}
+
+// CheckArtifact is Validate that also says which optional steps ran.
+func CheckArtifact(ctx context.Context, a Artifact) (Check, error) {
+	var c Check
+	if err := a.Manifest.Validate(); err != nil {
+		return c, errdefs.Wrap(errdefs.Invalid, "layer_manifest", err, "layer manifest is invalid")
+	}
+	meta, blob := filepath.Join(a.Dir, MetaFile), filepath.Join(a.Dir, BlobFile)
+	for _, f := range []struct {
+		path string
+		want FileRef
+	}{{meta, a.Manifest.Meta}, {blob, a.Manifest.Blob}} {
+		got, err := hashFile(f.path)
+		if err != nil {
+			return c, fmt.Errorf("validating layer: %w", err)
+		}
+		if got != f.want {
+			return c, errdefs.New(errdefs.Invalid, "layer_digest_mismatch",
+				"%s is %s (%d bytes), the manifest says %s (%d bytes)",
+				filepath.Base(f.path), got.Digest, got.Size, f.want.Digest, f.want.Size)
+		}
+	}
+	if err := checkSuperblock(meta); err != nil {
+		return c, err
+	}
+	if err := ctx.Err(); err != nil {
+		return c, err
+	}
+	fsck, err := exec.LookPath("fsck.erofs")
+	if err != nil {
+		c.Fsck = "skipped: fsck.erofs not found"
+		return c, nil
+	}
+	cmd := exec.CommandContext(ctx, fsck, "--device="+blob, meta)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return c, ctx.Err()
+		}
+		return c, errdefs.Wrap(errdefs.Invalid, "layer_fsck", fmt.Errorf("%w: %s", err, bytes.TrimSpace(lastBytes(out.Bytes(), 2048))),
+			"fsck.erofs rejects the layer")
+	}
+	c.Fsck = "passed"
+	return c, nil
+}
+
+// checkSuperblock requires an EROFS superblock with exactly one extra
+// device (data.blob).
+func checkSuperblock(meta string) error {
+	f, err := os.Open(meta)
+	if err != nil {
+		return fmt.Errorf("validating layer: %w", err)
+	}
+	defer f.Close()
+	// The superblock, its block and the device table fit in 64 KiB (the
+	// largest block size).
+	b := make([]byte, 1<<maxBlockBits)
+	n, err := io.ReadFull(f, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return errdefs.Wrap(errdefs.Invalid, "layer_bad_superblock", err, "cannot read the superblock of %s", MetaFile)
+	}
+	sb, err := ParseSuperblock(b[:n])
+	if err != nil {
+		return errdefs.Wrap(errdefs.Invalid, "layer_bad_superblock", err, "%s has no valid EROFS superblock", MetaFile)
+	}
+	if sb.ExtraDevices != 1 {
+		return errdefs.New(errdefs.Invalid, "layer_devices", "%s has %d extra devices, want exactly 1 (%s)", MetaFile, sb.ExtraDevices, BlobFile)
+	}
+	return nil
+}
+
+func lastBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
