@@ -8,9 +8,10 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN     := bin/dsec
 TOOLS   := internal/builtin/assets/dsectools.wasm
+GUEST   := internal/builtin/assets/dsec-guest
 DATA    ?= /var/lib/dsec
 
-.PHONY: all build up test unit race lint python bench deps-runtime deps-test clean
+.PHONY: all build up test unit race lint python bench deps-runtime deps-test clean FORCE
 
 all: build
 
@@ -24,7 +25,13 @@ deps-test:
 $(TOOLS): $(shell find tools/wasm -name '*.go') go.mod
 	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $@ ./tools/wasm/dsectools
 
-build: $(TOOLS)
+# The in-sandbox agent, a static binary embedded in dsec (the
+# toolkit/dsec-guest layer). Always handed to go build, which rewrites it
+# only when its sources or $(VERSION) changed.
+$(GUEST): FORCE
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "-s -w -X main.version=$(VERSION)" -o $@ ./cmd/dsec-guest
+
+build: $(TOOLS) $(GUEST)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/dsec
 
 # Runs DSec on its embedded defaults (API on 127.0.0.1:7878, data in $(DATA)).
@@ -55,4 +62,4 @@ bench: build
 	scripts/bench.sh $(BIN) --concurrency 1,2,8,32 --duration 5s --idle-sandboxes 4000
 
 clean:
-	rm -rf bin $(TOOLS)
+	rm -rf bin $(TOOLS) $(GUEST)

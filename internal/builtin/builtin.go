@@ -1,7 +1,14 @@
-// Package builtin installs the images that ship inside the dsec binary, so
-// that `dsec up` works with nothing else installed: today the function
-// tier's `wasm-tools` (the dsectools multi-call program under every tool
-// name, plus the hand-written tiny modules).
+// Package builtin provides the images that come with dsec, so that
+// `dsec up` works with nothing else to install or build by hand. They are
+// layers (see Specs and Ensure): base/busybox (Debian's busybox-static),
+// base/debian-12 (debootstrap minbase from the host's Debian mirror),
+// toolkit/dsec-guest (the in-sandbox agent) and toolkit/wasm-tools (the
+// function tier's example tools). The dsec binary embeds the compiled
+// guest and tools (`make build` puts them in assets/); a binary built
+// without them compiles them from the source tree.
+//
+// InstallFunctionImage still lays wasm-tools out as a plain directory
+// for the daemon, until it moves to layers.
 package builtin
 
 import (
