@@ -151,7 +151,7 @@ func TestFilesProgress(t *testing.T) {
 	e.now = func() time.Time { clock = clock.Add(500 * time.Millisecond); return clock }
 
 	res := invocation{env: e}.run(t, h, "files", "put", "sb-1", local, "/w/f")
-	final := regexp.MustCompile(`\r/w/f  2\.0 KiB / 2\.0 KiB \(100%\)  [0-9.]+ KiB/s\x1b\[K\n$`)
+	final := regexp.MustCompile(`\r/w/f  2\.0 KiB / 2\.0 KiB \(100%\)  [0-9.]+ KiB/s  [0-9.]+s\x1b\[K\n$`)
 	if res.code != 0 || !final.MatchString(res.stderr) {
 		t.Errorf("put on a terminal: %+v", res)
 	}

@@ -11,9 +11,9 @@ import (
 const progressEvery = 200 * time.Millisecond
 
 // progress counts the bytes of a transfer and, when it has a terminal to
-// write to, redraws one line with the count, the share of the total and
-// the rate. It is safe for concurrent use: net/http may read an upload's
-// body on its own goroutine.
+// write to, redraws one line with the count, the share of the total (if
+// known), the rate and the time taken. It is safe for concurrent use:
+// net/http may read an upload's body on its own goroutine.
 type progress struct {
 	w     io.Writer // nil: count quietly
 	label string
@@ -66,11 +66,22 @@ func (p *progress) drawLocked(now time.Time) {
 	if p.total > 0 {
 		line += fmt.Sprintf(" / %s (%d%%)", humanBytes(p.total), p.n*100/p.total)
 	}
-	if secs := now.Sub(p.start).Seconds(); secs > 0 {
+	elapsed := now.Sub(p.start)
+	if secs := elapsed.Seconds(); secs > 0 {
 		line += "  " + humanBytes(int64(float64(p.n)/secs)) + "/s"
 	}
+	line += "  " + formatElapsed(elapsed)
 	// \r returns to the line's start, \x1b[K clears what a longer line left.
 	fmt.Fprint(p.w, "\r"+line+"\x1b[K")
+}
+
+// formatElapsed formats the time a transfer has taken: 0.4s, 12.0s, 3m07s.
+func formatElapsed(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%.1fs", max(d, 0).Seconds())
+	}
+	d = d.Round(time.Second)
+	return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
 }
 
 // progressReader counts what is read through it.

@@ -1,5 +1,5 @@
 // Package cli implements dsec's client commands (sandbox, exec, run, files,
-// image, nodes, version) on top of package client. The daemon commands
+// image, layer, nodes, version) on top of package client. The daemon commands
 // (up, server, node, token) live elsewhere and are added by cmd/dsec.
 package cli
 
@@ -89,6 +89,7 @@ func newRoot(e env, version string, extra ...*cobra.Command) *cobra.Command {
 		a.runCmd(),
 		a.filesCmd(),
 		a.imageCmd(),
+		a.layerCmd(),
 		a.nodesCmd(),
 		a.versionCmd(),
 	)

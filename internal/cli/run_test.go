@@ -85,6 +85,18 @@ func TestRun(t *testing.T) {
 			wantDeleted: []string{"sb-run"},
 		},
 		{
+			name: "inline layers",
+			argv: []string{"run", "--tier", "function", "--layer", "base=base/busybox:1", "--layer", "workspace=sha256:ab", "--", "cat", "/w/f"},
+			stream: func(w http.ResponseWriter, r *http.Request) {
+				streamEvents(w, exitEvents("f\n", "", 0)...)
+			},
+			want: result{stdout: "f\n"},
+			wantCreate: api.CreateSandboxRequest{Tier: "function", Layers: []api.ImageLayer{
+				{Role: "base", ID: "base/busybox:1"}, {Role: "workspace", ID: "sha256:ab"}}},
+			wantExec:    []api.ExecRequest{{Cmd: []string{"cat", "/w/f"}}},
+			wantDeleted: []string{"sb-run"},
+		},
+		{
 			name: "exec fails",
 			argv: []string{"run", "--tier", "function", "--", "x"},
 			stream: func(w http.ResponseWriter, r *http.Request) {

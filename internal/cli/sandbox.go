@@ -34,6 +34,7 @@ type createFlags struct {
 	timeoutS int
 	env      []string
 	labels   []string
+	layers   []string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
@@ -45,6 +46,7 @@ func (f *createFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.IntVar(&f.timeoutS, "timeout", 0, timeoutHelp)
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable K=V (repeatable)")
 	fs.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
+	fs.StringArrayVar(&f.layers, "layer", nil, "layer ROLE=REF of an inline image instead of --image, bottom first (repeatable)")
 }
 
 // request returns the create request the flags describe.
@@ -57,8 +59,15 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	if err != nil {
 		return api.CreateSandboxRequest{}, err
 	}
+	layers, err := parseLayers(f.layers)
+	if err != nil {
+		return api.CreateSandboxRequest{}, err
+	}
 	if f.cpu < 0 || f.memoryMB < 0 || f.diskMB < 0 || f.timeoutS < 0 {
 		return api.CreateSandboxRequest{}, usagef("--cpu, --memory, --disk and --timeout must not be negative")
+	}
+	if f.image != "" && len(layers) > 0 {
+		return api.CreateSandboxRequest{}, usagef("give --image or --layer, not both")
 	}
 	return api.CreateSandboxRequest{
 		Tier:     f.tier,
@@ -69,5 +78,6 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 		TimeoutS: f.timeoutS,
 		Env:      env,
 		Labels:   labels,
+		Layers:   layers,
 	}, nil
 }

@@ -44,6 +44,28 @@ func TestSandboxCreate(t *testing.T) {
 	}
 }
 
+func TestSandboxCreateLayers(t *testing.T) {
+	var got []api.CreateSandboxRequest
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		var req api.CreateSandboxRequest
+		decode(t, r, &req)
+		got = append(got, req)
+		writeJSON(w, http.StatusCreated, api.Sandbox{ID: "sb-1"})
+	})
+	res := dsec(t, mux, "sandbox", "create", "--layer", "base=base/busybox:1.36", "--layer", "workspace=team/ws:1",
+		"--layer", "toolkit=toolkit/wasm-tools:ab=c")
+	if res.code != 0 || res.stdout != "sb-1\n" {
+		t.Fatalf("got %+v", res)
+	}
+	want := []api.CreateSandboxRequest{{Layers: []api.ImageLayer{
+		{Role: "base", ID: "base/busybox:1.36"}, {Role: "workspace", ID: "team/ws:1"}, {Role: "toolkit", ID: "toolkit/wasm-tools:ab=c"},
+	}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("request mismatch (-want +got):\n%s", diff)
+	}
+}
+
 func TestBadKeyValue(t *testing.T) {
 	tests := []struct {
 		name string
@@ -55,6 +77,9 @@ func TestBadKeyValue(t *testing.T) {
 		{"ls label", []string{"sandbox", "ls", "--label", "x"}, `--label "x": want KEY=VALUE`},
 		{"exec env", []string{"exec", "--env", "X", "sb-1", "--", "true"}, `--env "X": want KEY=VALUE`},
 		{"run env", []string{"run", "--tier", "function", "--env", "X", "--", "true"}, `--env "X": want KEY=VALUE`},
+		{"layer without =", []string{"sandbox", "create", "--layer", "base"}, `--layer "base": want ROLE=REF`},
+		{"layer without ref", []string{"run", "--tier", "function", "--layer", "base=", "--", "true"}, `--layer "base=": want ROLE=REF`},
+		{"layer and image", []string{"sandbox", "create", "--image", "x", "--layer", "base=b"}, `give --image or --layer, not both`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,38 +43,6 @@ node-b  no     vm(tcg)                          0/0
 	}
 	if diff := cmp.Diff(nodes, got); diff != "" {
 		t.Errorf("--json mismatch (-want +got):\n%s", diff)
-	}
-}
-
-func TestImages(t *testing.T) {
-	var added api.AddDirImageRequest
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/images", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, api.ImageList{Images: []api.Image{
-			{ID: "sha256:0123456789abcdef0123", Name: "python:3.12", Tiers: []string{"container", "microvm"}, Source: "dir", CreatedAt: testNow.Add(-2 * time.Hour)},
-			{ID: "img-2", Name: "wasi", Source: "builtin", CreatedAt: testNow.Add(-72 * time.Hour)},
-		}})
-	})
-	mux.HandleFunc("POST /v1/images/dir", func(w http.ResponseWriter, r *http.Request) {
-		decode(t, r, &added)
-		writeJSON(w, http.StatusCreated, api.Image{ID: "sha256:feed", Name: added.Name})
-	})
-	res := dsec(t, mux, "image", "ls")
-	want := `ID            NAME         TIERS              SOURCE   CREATED
-0123456789ab  python:3.12  container,microvm  dir      2h ago
-img-2         wasi         any                builtin  3d ago
-`
-	if diff := cmp.Diff(want, res.stdout); diff != "" {
-		t.Errorf("table mismatch (-want +got):\n%s", diff)
-	}
-
-	res = dsec(t, mux, "image", "add-dir", "py", "rel/root", "--tier", "container", "--tier", "vm")
-	abs, _ := filepath.Abs("rel/root")
-	if res.code != 0 || res.stdout != "sha256:feed\n" {
-		t.Errorf("add-dir: %+v", res)
-	}
-	if diff := cmp.Diff(api.AddDirImageRequest{Name: "py", Path: abs, Tiers: []string{"container", "vm"}}, added); diff != "" {
-		t.Errorf("request mismatch (-want +got):\n%s", diff)
 	}
 }
 
