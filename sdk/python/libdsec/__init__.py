@@ -6,11 +6,13 @@
         print(sb.commands.run(["echo", "hello"]).stdout)
 
 E2B-shaped: ``Sandbox`` / ``AsyncSandbox`` with ``commands`` and ``files``;
-``tier`` is the one parameter that switches the substrate.
+``tier`` is the one parameter that switches the substrate. ``Layer`` and
+``Image`` build layers (from a local directory or an archive) and compose
+images from them.
 """
 
 from ._http import AsyncClient, Client
-from ._models import CommandResult, EntryInfo, ProcessInfo, SandboxInfo
+from ._models import CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo
 from ._version import __version__
 from .commands import AsyncCommandHandle, AsyncCommands, CommandHandle, Commands
 from .errors import (
@@ -29,6 +31,7 @@ from .errors import (
     UnsupportedError,
 )
 from .files import AsyncFiles, AsyncFileStream, Files, FileStream
+from .images import AsyncImage, AsyncLayer, Image, Layer
 from .sandbox import Sandbox
 from .sandbox_async import AsyncSandbox
 
@@ -42,6 +45,12 @@ __all__ = [
     "CommandResult",
     "ProcessInfo",
     "EntryInfo",
+    "Image",
+    "AsyncImage",
+    "Layer",
+    "AsyncLayer",
+    "ImageInfo",
+    "LayerInfo",
     "Commands",
     "AsyncCommands",
     "CommandHandle",

@@ -31,19 +31,32 @@ BodyData = Union[str, bytes, bytearray, memoryview, SupportsRead]
 
 
 class Body:
-    """A request body: bytes, or a file-like object streamed in chunks.
+    """A request body: bytes, a file-like object streamed in chunks, or an
+    iterator of byte chunks (``chunks=``, sent as they come).
 
     File-like objects are never read into memory whole. A seekable one can be
-    rewound and sent again (for a retry after 429); others cannot.
+    rewound and sent again (for a retry after 429); others, and iterators,
+    cannot.
     """
 
-    def __init__(self, data: BodyData) -> None:
+    def __init__(
+        self,
+        data: BodyData | None = None,
+        *,
+        chunks: Iterator[bytes] | None = None,
+        content_type: str = "application/octet-stream",
+    ) -> None:
         self._bytes: bytes | None = None
         self._file: Any = None
+        self._chunks = chunks
         self._start: int | None = None
         self._text = False
         self.length: int | None = None
-        if isinstance(data, str):
+        self.content_type = content_type
+        if chunks is not None:
+            if data is not None:
+                raise TypeError("pass data or chunks, not both")
+        elif isinstance(data, str):
             self._bytes = data.encode("utf-8")
         elif isinstance(data, (bytes, bytearray, memoryview)):
             self._bytes = bytes(data)
@@ -83,7 +96,7 @@ class Body:
 
     @property
     def headers(self) -> dict[str, str]:
-        h = {"Content-Type": "application/octet-stream"}
+        h = {"Content-Type": self.content_type}
         if self.length is not None:
             h["Content-Length"] = str(self.length)
         return h
@@ -92,7 +105,7 @@ class Body:
         """Prepare to be sent again; False if that is impossible."""
         if self._bytes is not None or not self._sent:
             return True
-        if self._start is None:
+        if self._chunks is not None or self._start is None:
             return False
         try:
             self._file.seek(self._start)
@@ -107,6 +120,8 @@ class Body:
         self._sent = True
         if self._bytes is not None:
             return self._bytes
+        if self._chunks is not None:
+            return self._chunks
         return self._iter_file()
 
     def _iter_file(self) -> Iterator[bytes]:
@@ -120,7 +135,18 @@ class Body:
         self._sent = True
         if self._bytes is not None:
             return self._bytes
+        if self._chunks is not None:
+            return self._aiter_chunks(self._chunks)
         return self._aiter_file()
+
+    @staticmethod
+    async def _aiter_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+        # Each chunk in a thread: producing it may read files.
+        while True:
+            data = await asyncio.to_thread(_next_chunk, chunks)
+            if data is None:
+                return
+            yield data
 
     async def _aiter_file(self) -> AsyncIterator[bytes]:
         while True:
@@ -129,6 +155,11 @@ class Body:
             if not data:
                 return
             yield self._chunk(data)
+
+
+def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:
+    """The next chunk, or None at the end."""
+    return next(chunks, None)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-__all__ = ["SandboxInfo", "CommandResult", "ProcessInfo", "EntryInfo"]
+__all__ = ["SandboxInfo", "CommandResult", "ProcessInfo", "EntryInfo", "LayerInfo", "ImageInfo"]
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 
@@ -171,4 +171,73 @@ class EntryInfo:
             mode=int(d.get("mode") or 0),
             mtime=parse_time(d.get("mtime")),
             target=str(d.get("target") or ""),
+        )
+
+
+@dataclass
+class LayerInfo:
+    """A layer (the ``Layer`` schema): an EROFS metadata image and data blob.
+
+    ``names`` are the name:version references that point at it;
+    ``source_kind`` is "dir", "tar", "oci" or "docker" and ``source_digest``
+    the digest of what it was built from.
+    """
+
+    id: str
+    names: list[str] = field(default_factory=list)
+    meta_size: int = 0
+    blob_size: int = 0
+    source_kind: str = ""
+    source_digest: str = ""
+    builder: str = ""
+    created_at: datetime | None = None
+
+    @property
+    def name(self) -> str:
+        """The first name, or the ID of an unnamed layer: a reference to it."""
+        return self.names[0] if self.names else self.id
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LayerInfo:
+        return cls(
+            id=str(d.get("id", "")),
+            names=[str(n) for n in d.get("names") or []],
+            meta_size=int(d.get("meta_size") or 0),
+            blob_size=int(d.get("blob_size") or 0),
+            source_kind=str(d.get("source_kind") or ""),
+            source_digest=str(d.get("source_digest") or ""),
+            builder=str(d.get("builder") or ""),
+            created_at=parse_time(d.get("created_at")),
+        )
+
+
+@dataclass
+class ImageInfo:
+    """An image (the ``Image`` schema).
+
+    ``layers`` are (role, layer ID) pairs, bottom first; ``name`` is the
+    name:tag it was listed or resolved under; ``source`` is "layers", or
+    "dir:<path>" for a directory image; empty ``tiers`` means any tier.
+    """
+
+    id: str
+    name: str = ""
+    layers: list[tuple[str, str]] = field(default_factory=list)
+    tiers: list[str] = field(default_factory=list)
+    source: str = ""
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ImageInfo:
+        layers = []
+        for item in d.get("layers") or []:
+            if isinstance(item, Mapping):
+                layers.append((str(item.get("role", "")), str(item.get("id", ""))))
+        return cls(
+            id=str(d.get("id", "")),
+            name=str(d.get("name") or ""),
+            layers=layers,
+            tiers=[str(t) for t in d.get("tiers") or []],
+            source=str(d.get("source") or ""),
+            created_at=parse_time(d.get("created_at")),
         )

@@ -10,14 +10,14 @@ between Sandbox and AsyncSandbox.
 from __future__ import annotations
 
 import json
-from typing import Any, Generator, Iterable, Mapping, TypeVar
+from typing import Any, Generator, Iterable, Mapping, Sequence, TypeVar, Union
 from urllib.parse import quote
 
 import httpx
 
 from ._calls import Body, BodyData, Call
 from ._config import SERVER_COMMAND_TIMEOUT
-from ._models import CommandResult, EntryInfo, ProcessInfo, SandboxInfo
+from ._models import CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo
 from .errors import (
     CommandExitError,
     ConflictError,
@@ -32,6 +32,10 @@ from .errors import (
 
 T = TypeVar("T")
 Op = Generator[Call, httpx.Response, T]
+
+# Layers of an image: {role: ref} (base, workspace and toolkit first, in
+# that order, then the others as given) or (role, ref) pairs, bottom first.
+LayersSpec = Union[Mapping[str, str], Sequence[tuple[str, str]]]
 
 # A wait for a background process with no deadline is a series of waits of
 # this many seconds.
@@ -114,6 +118,7 @@ def create_body(
     envs: Mapping[str, str] | None,
     metadata: Mapping[str, str] | None,
     labels: Mapping[str, str] | None,
+    layers: LayersSpec | None = None,
 ) -> dict[str, Any]:
     """The CreateSandboxRequest for Sandbox.create's arguments."""
     body: dict[str, Any] = {}
@@ -121,6 +126,10 @@ def create_body(
         body["tier"] = tier
     if image:
         body["image"] = image
+    if layers is not None:
+        if image:
+            raise InvalidArgumentError("pass image or layers, not both")
+        body["layers"] = layer_list(layers)
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 1:
             raise InvalidArgumentError(f"timeout must be at least 1 second, not {timeout!r}")
@@ -510,3 +519,141 @@ def rename_file(sandbox_id: str, old: str, new: str, timeout: float) -> Op[Entry
     body = {"from": _path(old), "to": _path(new)}
     resp = yield Call("POST", sandbox_path(sandbox_id, "files", "rename"), timeout, json=body)
     return EntryInfo.from_json(json_body(resp))
+
+
+# ---------------------------------------------------------- layers, images
+
+# Roles in the order they stack when given as a mapping.
+STANDARD_ROLES = ("base", "workspace", "toolkit")
+# Content-Type of layer uploads.
+TAR_TYPE = "application/x-tar"
+LAYER_KINDS = ("tar", "oci")
+
+
+def ref_path(prefix: str, ref: str, what: str) -> str:
+    """prefix/ref with each '/'-separated segment of ref escaped, the '/' kept.
+
+    References are name:version (names may contain '/') or IDs (sha256:…).
+    """
+    if not isinstance(ref, str) or not ref:
+        raise InvalidArgumentError(f"{what} reference must be a non-empty string")
+    segs = ref.split("/")
+    if any(s in ("", ".", "..") for s in segs):
+        raise InvalidArgumentError(f"{what} reference {ref!r} has an empty, '.' or '..' path segment")
+    return prefix + "/" + "/".join(quote(s, safe=":@+") for s in segs)
+
+
+def layer_list(layers: LayersSpec) -> list[dict[str, str]]:
+    """The ImageLayer list (bottom first) of a mapping or a sequence of pairs."""
+    if isinstance(layers, Mapping):
+        roles = [r for r in STANDARD_ROLES if r in layers] + [r for r in layers if r not in STANDARD_ROLES]
+        pairs = [(r, layers[r]) for r in roles]
+    elif isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise InvalidArgumentError("layers must be a mapping of role to reference or a list of (role, reference)")
+    else:
+        pairs = []
+        for item in layers:
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise InvalidArgumentError(f"layers must hold (role, reference) pairs, not {item!r}")
+            pairs.append((item[0], item[1]))
+    out = []
+    for role, ref in pairs:
+        if not isinstance(role, str) or not role or not isinstance(ref, str) or not ref:
+            raise InvalidArgumentError(f"layer role and reference must be non-empty strings, not {role!r}: {ref!r}")
+        out.append({"role": role, "id": ref})
+    if not out:
+        raise InvalidArgumentError("layers is empty")
+    return out
+
+
+def image_body(
+    name: str,
+    *,
+    base: str | None,
+    workspace: str | None,
+    toolkit: str | None,
+    layers: LayersSpec | None,
+    tiers: Iterable[str] | None,
+) -> dict[str, Any]:
+    """The CreateImageRequest: base/workspace/toolkit as the API's shorthand,
+    or, with layers too, all of them as one list (those three first)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError("image name must be a non-empty string (name:tag)")
+    body: dict[str, Any] = {"name": name}
+    short = {"base": base, "workspace": workspace, "toolkit": toolkit}
+    for role, ref in short.items():
+        if ref is not None and (not isinstance(ref, str) or not ref):
+            raise InvalidArgumentError(f"{role} must be a non-empty layer reference, not {ref!r}")
+    given = {role: ref for role, ref in short.items() if ref}
+    if layers is not None:
+        body["layers"] = [{"role": r, "id": ref} for r, ref in given.items()] + layer_list(layers)
+    elif given:
+        body.update(given)
+    else:
+        raise InvalidArgumentError("an image needs layers: pass base=, workspace=, toolkit= or layers=")
+    if tiers is not None:
+        if isinstance(tiers, str):
+            tiers = [tiers]
+        tl = list(tiers)
+        if not all(isinstance(t, str) and t for t in tl):
+            raise InvalidArgumentError("tiers must be a list of tier names")
+        if tl:
+            body["tiers"] = tl
+    return body
+
+
+def list_layers(timeout: float) -> Op[list[LayerInfo]]:
+    resp = yield Call("GET", "/v1/layers", timeout)
+    return [LayerInfo.from_json(x) for x in json_body(resp).get("layers") or []]
+
+
+def get_layer(ref: str, timeout: float) -> Op[LayerInfo]:
+    resp = yield Call("GET", ref_path("/v1/layers", ref, "layer"), timeout)
+    return LayerInfo.from_json(json_body(resp))
+
+
+def delete_layer(ref: str, timeout: float) -> Op[None]:
+    yield Call("DELETE", ref_path("/v1/layers", ref, "layer"), timeout)
+
+
+def layer_params(kind: str, name: str | None) -> list[tuple[str, str]]:
+    if kind not in LAYER_KINDS:
+        raise InvalidArgumentError(f"kind must be 'tar' or 'oci', not {kind!r}")
+    params = [("kind", kind)]
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError("name must be a non-empty string (name:version)")
+        params.append(("name", name))
+    return params
+
+
+def upload_layer(params: list[tuple[str, str]], body: Body, timeout: float) -> Op[LayerInfo]:
+    resp = yield Call("POST", "/v1/layers", timeout, params=params, body=body)
+    return LayerInfo.from_json(json_body(resp))
+
+
+def list_images(timeout: float) -> Op[list[ImageInfo]]:
+    resp = yield Call("GET", "/v1/images", timeout)
+    return [ImageInfo.from_json(x) for x in json_body(resp).get("images") or []]
+
+
+def get_image(ref: str, timeout: float) -> Op[ImageInfo]:
+    resp = yield Call("GET", ref_path("/v1/images", ref, "image"), timeout)
+    return ImageInfo.from_json(json_body(resp))
+
+
+def create_image(body: dict[str, Any], timeout: float) -> Op[ImageInfo]:
+    resp = yield Call("POST", "/v1/images", timeout, json=body)
+    return ImageInfo.from_json(json_body(resp))
+
+
+def tag_image(ref: str, name: str, timeout: float) -> Op[ImageInfo]:
+    for what, v in (("image", ref), ("name", name)):
+        if not isinstance(v, str) or not v:
+            raise InvalidArgumentError(f"{what} must be a non-empty string")
+    resp = yield Call("POST", "/v1/images/tag", timeout, json={"image": ref, "name": name})
+    return ImageInfo.from_json(json_body(resp))
+
+
+def delete_image(ref: str, timeout: float) -> Op[None]:
+    yield Call("DELETE", ref_path("/v1/images", ref, "image"), timeout)

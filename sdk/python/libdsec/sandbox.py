@@ -8,6 +8,7 @@ from typing import List, Mapping
 from . import _ops
 from ._http import Client
 from ._models import SandboxInfo
+from ._ops import LayersSpec
 from .commands import Commands
 from .errors import InvalidArgumentError
 from .files import Files
@@ -69,6 +70,7 @@ class Sandbox:
         request_timeout: float | None = None,
         *,
         labels: Mapping[str, str] | None = None,
+        layers: LayersSpec | None = None,
         client: Client | None = None,
     ) -> Sandbox:
         """Create a sandbox and wait until it runs.
@@ -76,6 +78,11 @@ class Sandbox:
         Args:
             tier: "function", "container", "microvm" or "vm".
             image: image name[:tag] or ID; default: the tier's default image.
+            layers: the image's layers inline instead of ``image``: a mapping
+                {role: ref} such as ``{"base": ..., "workspace": ...,
+                "toolkit": ...}`` (those three first, then the rest as
+                given) or a list of (role, ref), bottom first; refs are
+                name:version or layer IDs.
             timeout: time to live in seconds (extend it with set_timeout).
             cpu, memory_mb, disk_mb: resources; server defaults if None.
             envs: environment for every command.
@@ -88,7 +95,7 @@ class Sandbox:
         c = _client(client, url, token)
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
-            disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels,
+            disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
         )
         rt = request_timeout or c.options.request_timeout
         info = c.run(_ops.create_sandbox(body, rt))

@@ -8,6 +8,7 @@ from typing import List, Mapping
 from . import _ops
 from ._http import AsyncClient
 from ._models import SandboxInfo
+from ._ops import LayersSpec
 from .commands import AsyncCommands
 from .errors import InvalidArgumentError
 from .files import AsyncFiles
@@ -65,13 +66,14 @@ class AsyncSandbox:
         request_timeout: float | None = None,
         *,
         labels: Mapping[str, str] | None = None,
+        layers: LayersSpec | None = None,
         client: AsyncClient | None = None,
     ) -> AsyncSandbox:
         """As :meth:`Sandbox.create <libdsec.Sandbox.create>`."""
         c = _client(client, url, token)
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
-            disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels,
+            disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
         )
         rt = request_timeout or c.options.request_timeout
         info = await c.run(_ops.create_sandbox(body, rt))
