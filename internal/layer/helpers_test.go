@@ -2,6 +2,7 @@ package layer
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -188,14 +189,10 @@ func wantErr(t testing.TB, err error, class errdefs.Class, code string) {
 
 // randBytes returns n seeded pseudo-random bytes.
 func randBytes(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], seed)
 	b := make([]byte, n)
-	for i := 0; i < n; i += 8 {
-		v := r.Uint64()
-		for j := 0; j < 8 && i+j < n; j++ {
-			b[i+j] = byte(v >> (8 * j))
-		}
-	}
+	rand.NewChaCha8(key).Read(b)
 	return b
 }
 
@@ -316,3 +313,5 @@ func hasPrefixAny(s string, ps ...string) bool {
 	}
 	return false
 }
+
+func inodeOf(fi fs.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
