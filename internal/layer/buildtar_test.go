@@ -252,19 +252,7 @@ func TestBuildTarRoundTrip(t *testing.T) {
 			}
 			mnt := mountLayer(t, a)
 			diffTrees(t, expect([][]tent{ents}, false), snapshot(t, mnt))
-			// Identical files are stored once; the replaced file's first
-			// version is dropped: the blob holds exactly the live data.
-			var want int64
-			seen := map[string]bool{}
-			for _, s := range snapshot(t, mnt) {
-				if s.Type == "f" && !seen[s.SHA] && s.Size > 0 {
-					seen[s.SHA] = true
-					want += (s.Size + blockSize - 1) / blockSize * blockSize
-				}
-			}
-			if a.Manifest.Blob.Size != want {
-				t.Errorf("blob is %d bytes, want %d", a.Manifest.Blob.Size, want)
-			}
+			checkBlobIsLive(t, a, snapshot(t, mnt))
 			// Inode numbers are never 0 (go-erofs puts the root at nid 0).
 			var st []string
 			for _, p := range []string{".", "etc", "bin/su"} {
@@ -463,4 +451,22 @@ func TestBuildTarAccepts(t *testing.T) {
 			t.Errorf("canceled build left %q", n)
 		}
 	})
+}
+
+// checkBlobIsLive checks that the blob holds each distinct file content
+// once, block-aligned, and nothing else (replaced and deleted files'
+// data is dropped).
+func checkBlobIsLive(t testing.TB, a Artifact, tree map[string]snap) {
+	t.Helper()
+	var want int64
+	seen := map[string]bool{}
+	for _, s := range tree {
+		if s.Type == "f" && !seen[s.SHA] && s.Size > 0 {
+			seen[s.SHA] = true
+			want += (s.Size + blockSize - 1) / blockSize * blockSize
+		}
+	}
+	if a.Manifest.Blob.Size != want {
+		t.Errorf("blob is %d bytes, want %d", a.Manifest.Blob.Size, want)
+	}
 }

@@ -110,29 +110,21 @@ func (t *tree) add(ctx context.Context, r io.Reader, e *tarEntry, layer int, whi
 	if i := strings.LastIndexByte(e.Path, '/'); i >= 0 {
 		dirPath, name = e.Path[:i], e.Path[i+1:]
 	}
+	if whiteouts {
+		if strings.HasPrefix(dirPath, whiteoutPrefix) || strings.Contains(dirPath, "/"+whiteoutPrefix) {
+			return errdefs.New(errdefs.Invalid, "tar_malformed", "archive entry %q lies inside a whiteout", truncName(e.Path))
+		}
+		if strings.HasPrefix(name, whiteoutPrefix) {
+			return t.whiteout(dirPath, name, e.Path, layer)
+		}
+	}
 	dir, err := t.parentDir(dirPath, e.Path, layer)
 	if err != nil {
 		return err
 	}
-	if whiteouts && strings.HasPrefix(name, whiteoutPrefix) {
-		switch {
-		case name == whiteoutOpaque:
-			pruneBelow(dir, layer)
-		case strings.HasPrefix(name, whiteoutMeta):
-			// Other AUFS metadata (.wh..wh.plnk, .wh..wh.aufs): ignore.
-		default:
-			if c := dir.children[name[len(whiteoutPrefix):]]; c != nil {
-				if c.layer < layer {
-					delete(dir.children, c.name)
-				} else {
-					pruneBelow(c, layer) // re-created in this layer: hide only what is below it
-				}
-			}
-		}
-		return nil
-	}
 	old := dir.children[name]
 	switch e.Kind {
+
 	case kindDir:
 		ino := &inode{kind: kindDir, mode: e.Mode, uid: e.UID, gid: e.GID, xattrs: e.Xattrs, layer: layer}
 		if old != nil && old.ino.kind == kindDir {
@@ -156,6 +148,41 @@ func (t *tree) add(ctx context.Context, r io.Reader, e *tarEntry, layer int, whi
 		}
 		ino := &inode{kind: kindFile, mode: e.Mode, uid: e.UID, gid: e.GID, xattrs: e.Xattrs, off: off, size: e.Size, layer: layer}
 		dir.children[name] = &node{name: name, parent: dir, ino: ino, layer: layer}
+	}
+	return nil
+}
+
+// whiteout applies an AUFS whiteout or opaque marker of layer. Markers
+// in directories that do not exist hide nothing and create nothing.
+func (t *tree) whiteout(dirPath, name, full string, layer int) error {
+	dir := t.root
+	if dirPath != "" {
+		for _, c := range strings.Split(dirPath, "/") {
+			next := dir.children[c]
+			switch {
+			case next == nil || next.ino.kind == kindFile:
+				return nil
+			case next.ino.kind == kindSymlink:
+				return unsafePath(full, "reached through the symlink "+next.path())
+			}
+			dir = next
+		}
+	}
+	switch {
+	case name == whiteoutOpaque:
+		pruneBelow(dir, layer)
+	case strings.HasPrefix(name, whiteoutMeta):
+		// Other AUFS metadata (.wh..wh.plnk, .wh..wh.aufs): ignore.
+	case len(name) == len(whiteoutPrefix):
+		return errdefs.New(errdefs.Invalid, "tar_malformed", "archive entry %q is a whiteout of nothing", truncName(full))
+	default:
+		if c := dir.children[name[len(whiteoutPrefix):]]; c != nil {
+			if c.layer < layer {
+				delete(dir.children, c.name)
+			} else if c.children != nil {
+				pruneBelow(c, layer) // re-created in this layer: hide only what is below it
+			}
+		}
 	}
 	return nil
 }
