@@ -89,3 +89,42 @@ func testStore(t *testing.T, s Store) {
 		t.Errorf("Open after Delete: %v", err)
 	}
 }
+
+// TestNATSRanges reads ranges across chunk boundaries of a multi-chunk
+// blob.
+func TestNATSRanges(t *testing.T) {
+	nc, _ := testenv.NATS(t)
+	s, err := NewNATS(context.Background(), nc, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b := make([]byte, 3*natsChunk+1234)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	d := digestOf(string(b))
+	if _, err := s.Put(ctx, d, strings.NewReader(string(b))); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]int64{{0, 10}, {natsChunk - 5, 10}, {natsChunk, natsChunk * 2}, {int64(len(b)) - 3, 100}, {int64(len(b)) + 5, 10}} {
+		rc, err := s.ReadRange(ctx, d, r[0], r[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		lo, hi := min(r[0], int64(len(b))), min(r[0]+r[1], int64(len(b)))
+		if err != nil || string(got) != string(b[lo:hi]) {
+			t.Errorf("ReadRange(%d, %d): %d bytes, %v", r[0], r[1], len(got), err)
+		}
+	}
+	rc, info, err := s.Open(ctx, d)
+	if err != nil || info.Size != int64(len(b)) {
+		t.Fatal(err)
+	}
+	all, _ := io.ReadAll(rc)
+	if string(all) != string(b) {
+		t.Error("Open returned other content")
+	}
+}

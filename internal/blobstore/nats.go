@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -15,18 +17,38 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
-// ObjectBucket is the JetStream object store bucket of the NATS store.
-const ObjectBucket = "dsec_blobs"
-
-// NATS stores blobs in a JetStream object store, so that every node of a
-// cluster reaches them through the connection it already has. Range
-// reads stream from the start of the object and skip; lazy loading will
-// want a store with native ranges (S3) or chunk objects.
+// NATS stores blobs in JetStream, so that every node of a cluster reaches
+// them through the connection it already has. A blob is a run of chunk
+// messages on subjects dsec.blobs.<hex>.<n> of one stream, plus a record
+// in a key/value bucket written last (the commit point): a blob without a
+// record does not exist. Any chunk can be fetched on its own, so ranged
+// reads cost only the chunks they touch.
+//
+// (JetStream's own object store was the first choice; its Put leaks a
+// goroutine per call in nats.go v1.55 — a race between its per-Put
+// publisher cleanup and the status watcher it starts.)
 type NATS struct {
-	obs jetstream.ObjectStore
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	meta   jetstream.KeyValue
 }
 
-// NewNATS opens (creating if needed) the blob bucket on nc.
+// Names of the stream and bucket.
+const (
+	BlobStream  = "DSEC_BLOBS"
+	BlobBucket  = "dsec_blob_meta"
+	blobSubject = "dsec.blobs."
+	// natsChunk stays under a stock NATS server's 1 MiB message limit.
+	natsChunk = 512 << 10
+)
+
+type blobMeta struct {
+	Size   int64 `json:"size"`
+	Chunks int   `json:"chunks"`
+	Chunk  int   `json:"chunk"`
+}
+
+// NewNATS opens (creating if needed) the blob stream and bucket on nc.
 func NewNATS(ctx context.Context, nc *nats.Conn, replicas int) (*NATS, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -35,83 +57,122 @@ func NewNATS(ctx context.Context, nc *nats.Conn, replicas int) (*NATS, error) {
 	if replicas == 0 {
 		replicas = 1
 	}
-	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: ObjectBucket, Description: "DSec blobs (layer files)", Storage: jetstream.FileStorage, Replicas: replicas,
+	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: BlobStream, Description: "DSec blobs (layer files), one message per chunk",
+		Subjects: []string{blobSubject + ">"}, Storage: jetstream.FileStorage, Replicas: replicas,
+		MaxMsgsPerSubject: 1, // a chunk written twice (concurrent puts) is kept once
+		AllowDirect:       true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening blob stream: %w", err)
+	}
+	meta, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: BlobBucket, Description: "DSec blob records", Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening blob bucket: %w", err)
 	}
-	return &NATS{obs: obs}, nil
+	return &NATS{js: js, stream: stream, meta: meta}, nil
 }
 
-func objectName(digest string) (string, error) {
+func blobHex(digest string) (string, error) {
 	if !digestPattern.MatchString(digest) {
 		return "", errdefs.New(errdefs.Invalid, "invalid_digest", "digest %q is not sha256:<64 hex digits>", digest)
 	}
 	return strings.TrimPrefix(digest, "sha256:"), nil
 }
 
-func (s *NATS) mapErr(digest string, err error) error {
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return notFound(digest)
+func chunkSubject(hexd string, n int) string { return blobSubject + hexd + "." + strconv.Itoa(n) }
+
+func (s *NATS) record(ctx context.Context, digest string) (blobMeta, error) {
+	h, err := blobHex(digest)
+	if err != nil {
+		return blobMeta{}, err
 	}
-	return err
+	e, err := s.meta.Get(ctx, h)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return blobMeta{}, notFound(digest)
+	}
+	if err != nil {
+		return blobMeta{}, fmt.Errorf("reading blob record %s: %w", digest, err)
+	}
+	var m blobMeta
+	if err := json.Unmarshal(e.Value(), &m); err != nil {
+		return blobMeta{}, fmt.Errorf("decoding blob record %s: %w", digest, err)
+	}
+	return m, nil
 }
 
-// Put implements Store. The content is hashed while it streams in; on a
-// mismatch the object is deleted again.
+// Put implements Store.
 func (s *NATS) Put(ctx context.Context, digest string, r io.Reader) (Info, error) {
-	name, err := objectName(digest)
+	h, err := blobHex(digest)
 	if err != nil {
 		return Info{}, err
 	}
-	if info, err := s.Stat(ctx, digest); err == nil {
+	if m, err := s.record(ctx, digest); err == nil {
 		if _, err := io.Copy(io.Discard, r); err != nil {
 			return Info{}, err
 		}
-		return info, nil
+		return Info{Digest: digest, Size: m.Size}, nil
 	}
-	h := sha256.New()
-	oi, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name}, io.TeeReader(r, h))
-	if err != nil {
-		return Info{}, fmt.Errorf("storing blob %s: %w", digest, err)
+	sum := sha256.New()
+	buf := make([]byte, natsChunk)
+	var size int64
+	n := 0
+	for {
+		k, rerr := io.ReadFull(r, buf)
+		if k > 0 {
+			sum.Write(buf[:k])
+			if _, err := s.js.Publish(ctx, chunkSubject(h, n), buf[:k]); err != nil {
+				s.purge(h)
+				return Info{}, fmt.Errorf("storing blob %s: %w", digest, err)
+			}
+			size += int64(k)
+			n++
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			s.purge(h)
+			return Info{}, fmt.Errorf("reading blob %s: %w", digest, rerr)
+		}
 	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest {
-		_ = s.obs.Delete(ctx, name)
+	if got := "sha256:" + hex.EncodeToString(sum.Sum(nil)); got != digest {
+		s.purge(h)
 		return Info{}, errdefs.New(errdefs.Invalid, "digest_mismatch", "blob content has digest %s, not %s", got, digest)
 	}
-	return Info{Digest: digest, Size: int64(oi.Size)}, nil
+	b, _ := json.Marshal(blobMeta{Size: size, Chunks: n, Chunk: natsChunk})
+	if _, err := s.meta.Put(ctx, h, b); err != nil {
+		s.purge(h)
+		return Info{}, fmt.Errorf("recording blob %s: %w", digest, err)
+	}
+	return Info{Digest: digest, Size: size}, nil
+}
+
+// purge removes a blob's chunks; best effort (an orphan chunk without a
+// record is invisible and is replaced by the next Put).
+func (s *NATS) purge(h string) {
+	_ = s.stream.Purge(context.Background(), jetstream.WithPurgeSubject(blobSubject+h+".>"))
 }
 
 // Stat implements Store.
 func (s *NATS) Stat(ctx context.Context, digest string) (Info, error) {
-	name, err := objectName(digest)
+	m, err := s.record(ctx, digest)
 	if err != nil {
 		return Info{}, err
 	}
-	oi, err := s.obs.GetInfo(ctx, name)
-	if err != nil {
-		return Info{}, s.mapErr(digest, err)
-	}
-	return Info{Digest: digest, Size: int64(oi.Size)}, nil
+	return Info{Digest: digest, Size: m.Size}, nil
 }
 
 // Open implements Store.
 func (s *NATS) Open(ctx context.Context, digest string) (io.ReadCloser, Info, error) {
-	name, err := objectName(digest)
+	m, err := s.record(ctx, digest)
 	if err != nil {
 		return nil, Info{}, err
 	}
-	res, err := s.obs.Get(ctx, name)
-	if err != nil {
-		return nil, Info{}, s.mapErr(digest, err)
-	}
-	oi, err := res.Info()
-	if err != nil {
-		res.Close()
-		return nil, Info{}, err
-	}
-	return res, Info{Digest: digest, Size: int64(oi.Size)}, nil
+	h, _ := blobHex(digest)
+	return &chunkReader{ctx: ctx, s: s, hex: h, meta: m, end: m.Size}, Info{Digest: digest, Size: m.Size}, nil
 }
 
 // ReadRange implements Store.
@@ -119,27 +180,59 @@ func (s *NATS) ReadRange(ctx context.Context, digest string, off, n int64) (io.R
 	if off < 0 || n < 0 {
 		return nil, errdefs.New(errdefs.Invalid, "invalid_range", "range %d+%d is not valid", off, n)
 	}
-	rc, _, err := s.Open(ctx, digest)
+	m, err := s.record(ctx, digest)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := io.CopyN(io.Discard, rc, off); err != nil && !errors.Is(err, io.EOF) {
-		rc.Close()
-		return nil, err
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.LimitReader(rc, n), rc}, nil
+	h, _ := blobHex(digest)
+	end := min(off+n, m.Size)
+	return &chunkReader{ctx: ctx, s: s, hex: h, meta: m, off: min(off, m.Size), end: end}, nil
 }
+
+// chunkReader reads [off, end) of a blob chunk by chunk.
+type chunkReader struct {
+	ctx      context.Context
+	s        *NATS
+	hex      string
+	meta     blobMeta
+	off, end int64
+	buf      []byte
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if c.off >= c.end {
+		return 0, io.EOF
+	}
+	if len(c.buf) == 0 {
+		n := int(c.off / int64(c.meta.Chunk))
+		msg, err := c.s.stream.GetLastMsgForSubject(c.ctx, chunkSubject(c.hex, n))
+		if err != nil {
+			return 0, fmt.Errorf("reading chunk %d of blob sha256:%s: %w", n, c.hex, err)
+		}
+		skip := c.off - int64(n)*int64(c.meta.Chunk)
+		if skip > int64(len(msg.Data)) {
+			return 0, fmt.Errorf("blob sha256:%s: chunk %d is short", c.hex, n)
+		}
+		c.buf = msg.Data[skip:]
+	}
+	k := copy(p, c.buf[:min(int64(len(c.buf)), c.end-c.off)])
+	c.buf = c.buf[k:]
+	c.off += int64(k)
+	return k, nil
+}
+
+func (c *chunkReader) Close() error { return nil }
 
 // Delete implements Store.
 func (s *NATS) Delete(ctx context.Context, digest string) error {
-	name, err := objectName(digest)
+	h, err := blobHex(digest)
 	if err != nil {
 		return err
 	}
-	if err := s.obs.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if err := s.meta.Purge(ctx, h); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("deleting blob %s: %w", digest, err)
+	}
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(blobSubject+h+".>")); err != nil {
 		return fmt.Errorf("deleting blob %s: %w", digest, err)
 	}
 	return nil
@@ -147,16 +240,19 @@ func (s *NATS) Delete(ctx context.Context, digest string) error {
 
 // List implements Store.
 func (s *NATS) List(ctx context.Context) ([]Info, error) {
-	infos, err := s.obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+	lister, err := s.meta.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Info, 0, len(infos))
-	for _, oi := range infos {
-		out = append(out, Info{Digest: "sha256:" + oi.Name, Size: int64(oi.Size)})
+	defer lister.Stop()
+	var out []Info
+	for k := range lister.Keys() {
+		if m, err := s.record(ctx, "sha256:"+k); err == nil {
+			out = append(out, Info{Digest: "sha256:" + k, Size: m.Size})
+		}
 	}
 	return out, nil
 }

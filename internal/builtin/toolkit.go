@@ -51,8 +51,7 @@ func wasmToolsSpec() Spec {
 	return s
 }
 
-// wasmToolFiles returns the function tools' tree as InstallFunctionImage
-// lays it out: bin/<tool>.wasm for every name of wasmtools.Tools (the
+// wasmToolFiles returns the function tools' tree: bin/<tool>.wasm for every name of wasmtools.Tools (the
 // dsectools program) and wasmtools.TinyTools.
 func wasmToolFiles() (map[string][]byte, error) {
 	prog, err := toolsProgram()

@@ -31,7 +31,23 @@ type Config struct {
 	API    API    `toml:"api"`
 	NATS   NATS   `toml:"nats"`
 	Node   Node   `toml:"node"`
+	Images Images `toml:"images"`
 	Limits Limits `toml:"limits"`
+}
+
+// Images configures where layers live and the built-in images.
+type Images struct {
+	// Blobs is where layer files are stored: "nats" (the default: a
+	// JetStream object store every node reaches) or "local" (a directory
+	// in the data dir, for one host).
+	Blobs string `toml:"blobs"`
+	// BuiltinCache keeps built-in layer builds (default <data_dir>/builtin).
+	BuiltinCache string `toml:"builtin_cache"`
+	// SkipSlow leaves out built-in images that take minutes to build
+	// (base/debian-12).
+	SkipSlow bool `toml:"skip_slow"`
+	// LayerCacheBytes bounds the node's cache of layer files (20 GiB).
+	LayerCacheBytes int64 `toml:"layer_cache_bytes"`
 }
 
 // API configures the REST server.
@@ -171,6 +187,15 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	str("DSEC_LOG_LEVEL", &c.LogLevel)
 	str("DSEC_LOG_FORMAT", &c.LogFormat)
 	str("DSEC_DEBUG_LISTEN", &c.API.DebugListen)
+	str("DSEC_BLOBS", &c.Images.Blobs)
+	str("DSEC_BUILTIN_CACHE", &c.Images.BuiltinCache)
+	if v := getenv("DSEC_SKIP_SLOW_IMAGES"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("DSEC_SKIP_SLOW_IMAGES=%q: want true or false", v)
+		}
+		c.Images.SkipSlow = b
+	}
 	if v := getenv("DSEC_KEEP_SANDBOXES"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -190,6 +215,11 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		return fmt.Errorf("log_format %q: want text or json", c.LogFormat)
+	}
+	switch c.Images.Blobs {
+	case "", "local", "nats":
+	default:
+		return fmt.Errorf("images.blobs %q: want local or nats", c.Images.Blobs)
 	}
 	return nil
 }

@@ -45,7 +45,10 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) error {
 	if !sandbox.KnownTier(req.Tier) {
 		return errdefs.New(errdefs.Invalid, "unknown_tier", "unknown tier %q (tiers: function, container, microvm, vm)", req.Tier)
 	}
-	if req.Image == "" {
+	switch {
+	case req.Image != "" && len(req.Layers) > 0:
+		return errdefs.New(errdefs.Invalid, "image_and_layers", "name an image or its layers, not both")
+	case req.Image == "" && len(req.Layers) == 0:
 		req.Image = l.DefaultImages[req.Tier]
 		if req.Image == "" {
 			return errdefs.New(errdefs.Invalid, "image_required", "the %s tier has no default image: name one", req.Tier)
@@ -137,12 +140,27 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 		return api.Sandbox{}, err
 	}
 	defer release()
-	img, err := m.images.Resolve(ctx, req.Image)
+	var img image.Resolved
+	if len(req.Layers) > 0 {
+		img, err = m.images.Compose(ctx, req.Layers, nil)
+	} else {
+		img, err = m.images.Resolve(ctx, req.Image)
+	}
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if !image.Supports(img, req.Tier) {
-		return api.Sandbox{}, errdefs.New(errdefs.Invalid, "image_tier_mismatch", "image %s is for tiers %v, not %s", img.Name, img.Tiers, req.Tier)
+	if !img.Supports(req.Tier) {
+		return api.Sandbox{}, errdefs.New(errdefs.Invalid, "image_tier_mismatch", "image %s is for tiers %v, not %s", req.Image, img.Manifest.Tiers, req.Tier)
+	}
+	imgName := img.Name
+	if imgName == "" {
+		imgName = img.ID
+	}
+	ref := noderpc.ImageRef{ID: img.ID, Name: imgName, Source: img.Source()}
+	var layerIDs []string
+	for _, l := range img.Layers {
+		ref.Layers = append(ref.Layers, noderpc.LayerRef{ID: l.ID, Manifest: l.Manifest})
+		layerIDs = append(layerIDs, l.ID)
 	}
 	node, placed, err := m.view.pick(scheduler.Request{Tier: req.Tier, CPU: req.CPU, MemoryMB: req.MemoryMB}, m.opt.NodeStale)
 	if err != nil {
@@ -153,12 +171,12 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 	now := time.Now().UTC()
 	rec := store.SandboxRecord{
 		Sandbox: api.Sandbox{
-			ID: newID(), Tier: req.Tier, Image: img.Name, ImageID: img.ID, State: api.StatePending, Node: node,
+			ID: newID(), Tier: req.Tier, Image: imgName, ImageID: img.ID, State: api.StatePending, Node: node,
 			CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, TimeoutS: req.TimeoutS,
 			Labels: maps.Clone(req.Labels), CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second),
 		},
 		StateSince: now,
-		Owner:      owner, Env: maps.Clone(req.Env), ImageSource: img.Source,
+		Owner:      owner, Env: maps.Clone(req.Env), ImageSource: img.Source(), Layers: layerIDs,
 	}
 	// The record goes first: if this process dies before the node has the
 	// sandbox, reconciliation finds the pending record and cleans up.
@@ -175,7 +193,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 	defer cancel()
 	err = m.nodes.Create(cctx, node, noderpc.CreateRequest{
 		ID: rec.ID, Tier: rec.Tier, CPU: rec.CPU, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB, Env: rec.Env,
-		Image: noderpc.ImageRef{ID: img.ID, Name: img.Name, Source: img.Source},
+		Image: ref,
 	})
 	if err != nil {
 		m.fail(cctx, rec.ID, "create failed: "+errdefs.MessageOf(err))

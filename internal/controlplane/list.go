@@ -130,3 +130,23 @@ func decodePageToken(tok string) (*api.Sandbox, error) {
 	}
 	return &api.Sandbox{ID: id, CreatedAt: t}, nil
 }
+
+// ImageInUse reports whether a live sandbox runs image id.
+func (m *Manager) ImageInUse(id string) bool {
+	used := false
+	m.cache.each(func(rec *store.SandboxRecord) {
+		used = used || (rec.ImageID == id && sandbox.Live(rec.State))
+	})
+	return used
+}
+
+// LayerInUse reports whether a live sandbox runs an image with layer id.
+func (m *Manager) LayerInUse(id string) bool {
+	used := false
+	m.cache.each(func(rec *store.SandboxRecord) {
+		if !used && sandbox.Live(rec.State) {
+			used = slices.Contains(rec.Layers, id)
+		}
+	})
+	return used
+}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/store"
 )
@@ -99,9 +100,10 @@ func (noObserver) Created(string, time.Duration, error)  {}
 func (noObserver) Executed(string, time.Duration, error) {}
 
 // imageResolver is the subset of the image registry the control plane
-// uses.
+// uses: resolving a named image, or composing one from inline layers.
 type imageResolver interface {
-	Resolve(ctx context.Context, ref string) (store.ImageRecord, error)
+	Resolve(ctx context.Context, ref string) (image.Resolved, error)
+	Compose(ctx context.Context, layers []api.ImageLayer, tiers []string) (image.Resolved, error)
 }
 
 // Options configure a Manager.

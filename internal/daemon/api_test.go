@@ -247,7 +247,7 @@ func TestRawHTTPErrors(t *testing.T) {
 		{"wrong type", "POST", "/v1/sandboxes", `{"memory_mb":"lots"}`, true, 400, "invalid_field"},
 		{"unknown tier", "POST", "/v1/sandboxes", `{"tier":"quantum"}`, true, 400, "unknown_tier"},
 		{"unknown image", "POST", "/v1/sandboxes", `{"image":"no-such-image:1"}`, true, 404, "image_not_found"},
-		{"bad image name", "POST", "/v1/sandboxes", `{"image":"../etc"}`, true, 400, "invalid_image_name"},
+		{"bad image name", "POST", "/v1/sandboxes", `{"image":"../etc"}`, true, 400, "invalid_name"},
 		{"negative memory", "POST", "/v1/sandboxes", `{"memory_mb":-1}`, true, 400, "out_of_range"},
 		{"oversize body", "POST", "/v1/sandboxes", `{"labels":{"a":"` + strings.Repeat("x", 100<<10) + `"}}`, true, 413, "body_too_large"},
 		{"unknown sandbox", "GET", "/v1/sandboxes/sb-nope", "", true, 404, "sandbox_not_found"},

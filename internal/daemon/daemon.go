@@ -23,10 +23,12 @@ import (
 	wire "github.com/dsec-dev/dsec/api"
 	apiserver "github.com/dsec-dev/dsec/internal/api"
 	"github.com/dsec-dev/dsec/internal/auth"
+	"github.com/dsec-dev/dsec/internal/blobstore"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/config"
 	"github.com/dsec-dev/dsec/internal/controlplane"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/layercache"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/natsbus"
 	"github.com/dsec-dev/dsec/internal/node"
@@ -120,12 +122,20 @@ func (d *daemon) start(ctx context.Context, cu *cleanup.Stack) error {
 			d.log.Warn("flushing events", "err", err)
 		}
 	})
-	images := image.New(st)
-	if d.role != RoleServer {
-		if err := d.installBuiltinImages(ctx, images); err != nil {
+	blobs, err := d.blobStore(ctx)
+	if err != nil {
+		return err
+	}
+	images := image.New(image.Options{Records: st, Blobs: blobs, WorkDir: filepath.Join(d.cfg.DataDir, "build")})
+	if d.role != RoleNode {
+		// Layers and images are the control plane's: it builds the
+		// built-ins (nodes fetch them like any other layer).
+		if err := d.installBuiltins(ctx, cu, images); err != nil {
 			return err
 		}
-		if err := d.startNode(ctx, cu); err != nil {
+	}
+	if d.role != RoleServer {
+		if err := d.startNode(ctx, cu, blobs); err != nil {
 			return err
 		}
 	}
@@ -135,6 +145,17 @@ func (d *daemon) start(ctx context.Context, cu *cleanup.Stack) error {
 		}
 	}
 	return nil
+}
+
+// blobStore opens where layer files live: by default the NATS object
+// store, which every node joined to the control plane reaches through the
+// connection it has; "local", a directory that only this host sees (its
+// node cache then hard-links layer files instead of copying them).
+func (d *daemon) blobStore(ctx context.Context) (blobstore.Store, error) {
+	if d.cfg.Images.Blobs == "local" {
+		return blobstore.NewLocal(filepath.Join(d.cfg.DataDir, "blobs"))
+	}
+	return blobstore.NewNATS(ctx, d.nc, 1)
 }
 
 // startBus starts the embedded NATS server (up) or dials the configured
@@ -202,7 +223,25 @@ func (d *daemon) roleName() string {
 	return [...]string{"up", "server", "node"}[d.role]
 }
 
-func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack) error {
+func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobstore.Store) error {
+	layers, err := layercache.New(ctx, layercache.Options{
+		Dir: filepath.Join(d.cfg.DataDir, "layers"), Store: blobs, Budget: d.cfg.Images.LayerCacheBytes, Logger: d.log,
+	})
+	if err != nil {
+		return err
+	}
+	cu.Add(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Mounts in use stay for the next start (kept sandboxes); the rest
+		// go now.
+		if err := layers.GC(cctx); err != nil {
+			d.log.Warn("collecting layers at shutdown", "err", err)
+		}
+		if err := layers.Close(cctx); err != nil {
+			d.log.Warn("closing the layer cache", "err", err)
+		}
+	})
 	reg, closeRuntimes, err := d.runtimes(ctx)
 	if err != nil {
 		return err
@@ -210,7 +249,7 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack) error {
 	cu.Add(closeRuntimes)
 	agent, err := node.New(node.Options{
 		ID: d.cfg.Node.ID, Registry: reg, Logger: d.log, Version: d.build.Version, MaxSandboxes: d.cfg.Node.MaxSandboxes,
-		DataDir: d.cfg.DataDir,
+		StateDir: filepath.Join(d.cfg.DataDir, "node", "state"), Layers: layers,
 	})
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +15,9 @@ import (
 	"github.com/dsec-dev/dsec/internal/config"
 	"github.com/dsec-dev/dsec/internal/testenv"
 )
+
+// builtinCache is shared by every daemon of a test run.
+var builtinCache = filepath.Join(os.TempDir(), "dsec-test-builtin")
 
 // up is a `dsec up` running in this test process on a temporary data
 // directory, with a client for its API.
@@ -40,6 +44,10 @@ func startUp(t *testing.T, dir string, adjust func(*config.Config)) *up {
 	cfg.NATS.Listen = "none"
 	cfg.Node.ID = "test-node"
 	cfg.LogLevel = "warn"
+	// Built-in layers are built once per test binary, not per daemon; the
+	// slow debian-12 has tests of its own.
+	cfg.Images.BuiltinCache = builtinCache
+	cfg.Images.SkipSlow = true
 	if adjust != nil {
 		adjust(&cfg)
 	}

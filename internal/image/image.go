@@ -1,17 +1,14 @@
-// Package image names and resolves the images sandboxes start from. Today
-// an image is a host directory the operator registers (`dsec image
-// add-dir`); the layer store of EROFS layers will implement the same
-// resolution, so callers only ever see Resolve and a source string.
+// Package image names, composes and resolves the images sandboxes start
+// from. An image is an ordered list of layers (base, workspace, toolkit;
+// more allowed), identified by the SHA-256 of its manifest; names
+// (name:tag) point at image IDs and can move, IDs cannot. Layers are
+// EROFS artifacts whose files live in the blob store and whose records
+// live in the store. Development images can also be a directory on the
+// server (`dsec image add-dir`).
 package image
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,48 +16,90 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/blobstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/store"
 )
 
 // DefaultTag is the tag of a name given without one.
 const DefaultTag = "latest"
 
-// records is the subset of the store images live in.
-type records interface {
-	PutImage(ctx context.Context, r store.ImageRecord) error
-	GetImage(ctx context.Context, name string) (store.ImageRecord, error)
-	ListImages(ctx context.Context) ([]store.ImageRecord, error)
-}
+// Roles of the usual three layers, bottom first.
+const (
+	RoleBase      = "base"
+	RoleWorkspace = "workspace"
+	RoleToolkit   = "toolkit"
+)
 
 // cacheTTL is how long a resolved name is reused without asking the
 // store. Every create resolves its image; under a burst of creates the
 // store's latency would otherwise add to each one. A re-tag is seen by
-// other servers within this time.
+// other servers within this time. Records by ID are immutable and cached
+// for good.
 const cacheTTL = 5 * time.Second
 
-// Registry resolves image references. It is safe for concurrent use.
-type Registry struct {
-	recs records
-
-	mu    sync.Mutex // guards following fields
-	cache map[string]cachedImage
+// records is the part of the store the registry uses.
+type records interface {
+	PutImage(ctx context.Context, r store.ImageRecord) error
+	GetImage(ctx context.Context, id string) (store.ImageRecord, error)
+	DeleteImage(ctx context.Context, id string) error
+	SetImageName(ctx context.Context, name, id string) error
+	GetImageName(ctx context.Context, name string) (store.NameRecord, error)
+	DeleteImageName(ctx context.Context, name string) error
+	ListImages(ctx context.Context) ([]store.ImageRecord, []store.NameRecord, error)
+	PutLayer(ctx context.Context, r store.LayerRecord) error
+	GetLayer(ctx context.Context, id string) (store.LayerRecord, error)
+	DeleteLayer(ctx context.Context, id string) error
+	SetLayerName(ctx context.Context, name, id string) error
+	GetLayerName(ctx context.Context, name string) (store.NameRecord, error)
+	DeleteLayerName(ctx context.Context, name string) error
+	ListLayers(ctx context.Context) ([]store.LayerRecord, []store.NameRecord, error)
 }
 
-type cachedImage struct {
-	rec     store.ImageRecord
+// Options configure a Registry.
+type Options struct {
+	Records records
+	// Blobs holds layer files. Required for layer operations.
+	Blobs blobstore.Store
+	// WorkDir holds layer builds in progress.
+	WorkDir string
+	// Build limits for uploaded archives.
+	Limits layer.BuildOptions
+}
+
+// Registry resolves and manages images and layers. It is safe for
+// concurrent use.
+type Registry struct {
+	recs    records
+	blobs   blobstore.Store
+	workDir string
+	limits  layer.BuildOptions
+
+	mu     sync.Mutex // guards following fields
+	names  map[string]cachedName
+	byID   map[string]store.ImageRecord
+	layers map[string]store.LayerRecord
+}
+
+type cachedName struct {
+	id      string
 	expires time.Time
 }
 
-// New returns a registry over recs.
-func New(recs records) *Registry { return &Registry{recs: recs, cache: map[string]cachedImage{}} }
+// New returns a registry.
+func New(opt Options) *Registry {
+	return &Registry{recs: opt.Records, blobs: opt.Blobs, workDir: opt.WorkDir, limits: opt.Limits,
+		names: map[string]cachedName{}, byID: map[string]store.ImageRecord{}, layers: map[string]store.LayerRecord{}}
+}
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,127}(:[A-Za-z0-9._-]{1,64})?$`)
 
-// Normalize validates a reference and adds the default tag.
+// Normalize validates a name and adds the default tag.
 func Normalize(ref string) (string, error) {
-	if !namePattern.MatchString(ref) || strings.Contains(ref, "..") || strings.HasSuffix(strings.SplitN(ref, ":", 2)[0], "/") {
-		return "", errdefs.New(errdefs.Invalid, "invalid_image_name", "image name %q is not valid (lower-case name[/path][:tag])", ref)
+	if !namePattern.MatchString(ref) || strings.Contains(ref, "..") || strings.Contains(ref, "//") ||
+		strings.HasSuffix(strings.SplitN(ref, ":", 2)[0], "/") {
+		return "", errdefs.New(errdefs.Invalid, "invalid_name", "name %q is not valid (lower-case name[/path][:tag])", ref)
 	}
 	if !strings.Contains(ref, ":") {
 		ref += ":" + DefaultTag
@@ -68,99 +107,252 @@ func Normalize(ref string) (string, error) {
 	return ref, nil
 }
 
-// Resolve returns the image a reference names: name[:tag] or an image ID
-// ("sha256:…").
-func (r *Registry) Resolve(ctx context.Context, ref string) (store.ImageRecord, error) {
-	if strings.HasPrefix(ref, "sha256:") {
-		all, err := r.recs.ListImages(ctx)
+// Resolved is an image ready to place: its manifest and its layers'
+// records, bottom first.
+type Resolved struct {
+	ID       string
+	Name     string // the name it was resolved by, if any
+	Manifest store.ImageManifest
+	Layers   []store.LayerRecord
+}
+
+// Source is "layers" or the directory source of a development image.
+func (r Resolved) Source() string {
+	if r.Manifest.Source != "" {
+		return r.Manifest.Source
+	}
+	return "layers"
+}
+
+// Supports reports whether the image is meant for tier.
+func (r Resolved) Supports(tier string) bool {
+	return len(r.Manifest.Tiers) == 0 || slices.Contains(r.Manifest.Tiers, tier)
+}
+
+// Resolve returns the image a reference names: name[:tag] or an image ID.
+func (r *Registry) Resolve(ctx context.Context, ref string) (Resolved, error) {
+	id, name := ref, ""
+	if !layer.ValidDigest(ref) {
+		n, err := Normalize(ref)
 		if err != nil {
-			return store.ImageRecord{}, err
+			return Resolved{}, err
 		}
-		for _, img := range all {
-			if img.ID == ref {
-				return img, nil
-			}
+		if id, err = r.imageName(ctx, n); err != nil {
+			return Resolved{}, err
 		}
-		return store.ImageRecord{}, errdefs.New(errdefs.NotFound, "image_not_found", "image %q not found", ref)
+		name = n
 	}
-	name, err := Normalize(ref)
+	rec, err := r.image(ctx, id)
 	if err != nil {
-		return store.ImageRecord{}, err
+		return Resolved{}, err
 	}
+	res := Resolved{ID: rec.ID, Name: name, Manifest: rec.Manifest}
+	for _, l := range rec.Manifest.Layers {
+		lr, err := r.layer(ctx, l.ID)
+		if err != nil {
+			return Resolved{}, err
+		}
+		res.Layers = append(res.Layers, lr)
+	}
+	return res, nil
+}
+
+func (r *Registry) imageName(ctx context.Context, name string) (string, error) {
 	now := time.Now()
 	r.mu.Lock()
-	c, ok := r.cache[name]
+	c, ok := r.names[name]
 	r.mu.Unlock()
 	if ok && now.Before(c.expires) {
-		return c.rec, nil
+		return c.id, nil
 	}
-	rec, err := r.recs.GetImage(ctx, name)
+	n, err := r.recs.GetImageName(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	r.names[name] = cachedName{id: n.ID, expires: now.Add(cacheTTL)}
+	r.mu.Unlock()
+	return n.ID, nil
+}
+
+func (r *Registry) image(ctx context.Context, id string) (store.ImageRecord, error) {
+	r.mu.Lock()
+	rec, ok := r.byID[id]
+	r.mu.Unlock()
+	if ok {
+		return rec, nil
+	}
+	rec, err := r.recs.GetImage(ctx, id)
 	if err != nil {
 		return rec, err
 	}
 	r.mu.Lock()
-	r.cache[name] = cachedImage{rec: rec, expires: now.Add(cacheTTL)}
+	r.byID[id] = rec
 	r.mu.Unlock()
 	return rec, nil
 }
 
-// AddDir registers dir (made absolute) as image name, replacing a
-// previous image of that name. The directory must exist.
-func (r *Registry) AddDir(ctx context.Context, name, dir string, tiers []string) (store.ImageRecord, error) {
-	name, err := Normalize(name)
-	if err != nil {
-		return store.ImageRecord{}, err
+func (r *Registry) forgetName(name string) {
+	r.mu.Lock()
+	delete(r.names, name)
+	r.mu.Unlock()
+}
+
+// Compose builds (and stores) the image of the given layers without
+// naming it; inline layers on a create land here.
+func (r *Registry) Compose(ctx context.Context, layers []api.ImageLayer, tiers []string) (Resolved, error) {
+	if len(layers) == 0 {
+		return Resolved{}, errdefs.New(errdefs.Invalid, "no_layers", "an image needs at least one layer")
 	}
-	if !filepath.IsAbs(dir) {
-		return store.ImageRecord{}, errdefs.New(errdefs.Invalid, "invalid_path", "image directory %q must be absolute", dir)
-	}
-	dir = filepath.Clean(dir)
-	fi, err := os.Stat(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return store.ImageRecord{}, errdefs.New(errdefs.NotFound, "directory_not_found", "directory %s does not exist on the server", dir)
-	}
-	if err != nil || !fi.IsDir() {
-		return store.ImageRecord{}, errdefs.New(errdefs.Invalid, "not_a_directory", "%s is not a directory", dir)
+	if len(layers) > 16 {
+		return Resolved{}, errdefs.New(errdefs.Invalid, "too_many_layers", "an image has at most 16 layers")
 	}
 	for _, t := range tiers {
 		if !slices.Contains(api.Tiers, t) {
-			return store.ImageRecord{}, errdefs.New(errdefs.Invalid, "unknown_tier", "unknown tier %q", t)
+			return Resolved{}, errdefs.New(errdefs.Invalid, "unknown_tier", "unknown tier %q", t)
 		}
 	}
-	rec := store.ImageRecord{Name: name, Source: "dir:" + dir, Tiers: tiers, Created: time.Now().UTC().Format(time.RFC3339Nano)}
-	manifest, _ := json.Marshal(rec)
-	sum := sha256.Sum256(manifest)
-	rec.ID = "sha256:" + hex.EncodeToString(sum[:])
-	if err := r.recs.PutImage(ctx, rec); err != nil {
-		return store.ImageRecord{}, err
+	m := store.ImageManifest{Version: 1, Tiers: tiers}
+	res := Resolved{}
+	for _, l := range layers {
+		if l.Role == "" || len(l.Role) > 32 {
+			return Resolved{}, errdefs.New(errdefs.Invalid, "invalid_role", "layer %q needs a role (base, workspace, toolkit, …)", l.ID)
+		}
+		lr, err := r.ResolveLayer(ctx, l.ID)
+		if err != nil {
+			return Resolved{}, err
+		}
+		m.Layers = append(m.Layers, store.ImageLayer{Role: l.Role, ID: lr.ID})
+		res.Layers = append(res.Layers, lr)
 	}
-	r.mu.Lock()
-	delete(r.cache, name)
-	r.mu.Unlock()
-	return rec, nil
+	rec := store.ImageRecord{ID: m.ID(), Manifest: m, Created: time.Now().UTC()}
+	if err := r.recs.PutImage(ctx, rec); err != nil {
+		return Resolved{}, err
+	}
+	res.ID, res.Manifest = rec.ID, m
+	return res, nil
 }
 
-// List returns every image, sorted by name.
+// Create composes an image and gives it a name.
+func (r *Registry) Create(ctx context.Context, name string, layers []api.ImageLayer, tiers []string) (Resolved, error) {
+	n, err := Normalize(name)
+	if err != nil {
+		return Resolved{}, err
+	}
+	res, err := r.Compose(ctx, layers, tiers)
+	if err != nil {
+		return Resolved{}, err
+	}
+	if err := r.recs.SetImageName(ctx, n, res.ID); err != nil {
+		return Resolved{}, err
+	}
+	r.forgetName(n)
+	res.Name = n
+	return res, nil
+}
+
+// Tag points name at the image ref resolves to.
+func (r *Registry) Tag(ctx context.Context, ref, name string) (Resolved, error) {
+	n, err := Normalize(name)
+	if err != nil {
+		return Resolved{}, err
+	}
+	res, err := r.Resolve(ctx, ref)
+	if err != nil {
+		return Resolved{}, err
+	}
+	if err := r.recs.SetImageName(ctx, n, res.ID); err != nil {
+		return Resolved{}, err
+	}
+	r.forgetName(n)
+	res.Name = n
+	return res, nil
+}
+
+// Remove deletes an image name, or, given an ID, the image and every
+// name pointing at it. Whether the image is in use is the caller's check.
+func (r *Registry) Remove(ctx context.Context, ref string) error {
+	if layer.ValidDigest(ref) {
+		_, names, err := r.recs.ListImages(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if n.ID == ref {
+				if err := r.recs.DeleteImageName(ctx, n.Name); err != nil {
+					return err
+				}
+				r.forgetName(n.Name)
+			}
+		}
+		if _, err := r.recs.GetImage(ctx, ref); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		delete(r.byID, ref)
+		r.mu.Unlock()
+		return r.recs.DeleteImage(ctx, ref)
+	}
+	n, err := Normalize(ref)
+	if err != nil {
+		return err
+	}
+	if _, err := r.recs.GetImageName(ctx, n); err != nil {
+		return err
+	}
+	r.forgetName(n)
+	return r.recs.DeleteImageName(ctx, n)
+}
+
+// List returns one entry per image name, and one per unnamed image,
+// sorted by name.
 func (r *Registry) List(ctx context.Context) ([]api.Image, error) {
-	recs, err := r.recs.ListImages(ctx)
+	recs, names, err := r.recs.ListImages(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.Image, 0, len(recs))
+	byID := map[string]store.ImageRecord{}
 	for _, rec := range recs {
-		out = append(out, ToAPI(rec))
+		byID[rec.ID] = rec
 	}
-	slices.SortFunc(out, func(a, b api.Image) int { return strings.Compare(a.Name, b.Name) })
+	named := map[string]bool{}
+	var out []api.Image
+	for _, n := range names {
+		if rec, ok := byID[n.ID]; ok {
+			out = append(out, ToAPI(rec, n.Name))
+			named[n.ID] = true
+		}
+	}
+	for _, rec := range recs {
+		if !named[rec.ID] {
+			out = append(out, ToAPI(rec, ""))
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Image) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	if out == nil {
+		out = []api.Image{}
+	}
 	return out, nil
 }
 
 // ToAPI converts a record to its wire form.
-func ToAPI(rec store.ImageRecord) api.Image {
-	created, _ := time.Parse(time.RFC3339Nano, rec.Created)
-	return api.Image{ID: rec.ID, Name: rec.Name, Tiers: rec.Tiers, Source: rec.Source, CreatedAt: created}
+func ToAPI(rec store.ImageRecord, name string) api.Image {
+	img := api.Image{ID: rec.ID, Name: name, Tiers: rec.Manifest.Tiers, Source: "layers", CreatedAt: rec.Created}
+	if rec.Manifest.Source != "" {
+		img.Source = rec.Manifest.Source
+	}
+	for _, l := range rec.Manifest.Layers {
+		img.Layers = append(img.Layers, api.ImageLayer{Role: l.Role, ID: l.ID})
+	}
+	return img
 }
 
-// Supports reports whether the image is meant for tier.
-func Supports(rec store.ImageRecord, tier string) bool {
-	return len(rec.Tiers) == 0 || slices.Contains(rec.Tiers, tier)
+// APIOf is ToAPI for a resolved image.
+func APIOf(res Resolved) api.Image {
+	return ToAPI(store.ImageRecord{ID: res.ID, Manifest: res.Manifest}, res.Name)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sandbox"
@@ -25,8 +26,12 @@ type Options struct {
 	Registry *sandbox.Registry
 	Logger   *slog.Logger
 	Version  string
-	// DataDir is where built-in images are installed (see package builtin).
-	DataDir string
+	// StateDir keeps which image each sandbox holds across agent
+	// restarts. Required with Layers.
+	StateDir string
+	// Layers is the node's layer cache; without it only directory images
+	// run.
+	Layers layerViews
 	// MaxSandboxes caps live sandboxes on this node. Default 10000.
 	MaxSandboxes int
 	// Heartbeat is the heartbeat interval. Default 2 s.
@@ -52,6 +57,8 @@ type Agent struct {
 	reads     map[string]*readSession
 	writes    map[string]*writeSession
 
+	state *stateDir
+
 	sem    chan struct{}
 	wg     sync.WaitGroup // request handlers and background loops
 	cancel context.CancelFunc
@@ -62,6 +69,8 @@ type Agent struct {
 type entry struct {
 	tier string
 	sb   sandbox.Sandbox
+	// release frees the sandbox's image view once it is destroyed.
+	release func()
 }
 
 // New returns an agent; Start brings it up.
@@ -101,19 +110,8 @@ func (a *Agent) ID() string { return a.opt.ID }
 // Start re-adopts the sandboxes the runtimes recover, then serves requests
 // on nc and heartbeats to hb until Stop.
 func (a *Agent) Start(ctx context.Context, nc *nats.Conn, hb heartbeatSink) error {
-	for _, rt := range a.opt.Registry.All() {
-		sbs, err := rt.Recover(ctx)
-		if err != nil {
-			return fmt.Errorf("recovering %s sandboxes: %w", rt.Tier(), err)
-		}
-		a.mu.Lock()
-		for _, sb := range sbs {
-			a.sandboxes[sb.ID()] = &entry{tier: rt.Tier(), sb: sb}
-		}
-		a.mu.Unlock()
-		if len(sbs) > 0 {
-			a.log.Info("re-adopted sandboxes", "tier", rt.Tier(), "count", len(sbs))
-		}
+	if err := a.recover(ctx); err != nil {
+		return err
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
@@ -156,6 +154,11 @@ func (a *Agent) Stop(ctx context.Context, hb heartbeatSink) {
 	clear(a.reads)
 	clear(a.writes)
 	a.mu.Unlock()
+	if a.state != nil {
+		if err := a.state.close(); err != nil {
+			a.log.Warn("closing node state", "err", err)
+		}
+	}
 	if hb != nil {
 		if err := hb.DeleteNode(ctx, a.opt.ID); err != nil {
 			a.log.Warn("removing node record", "err", err)
@@ -166,10 +169,6 @@ func (a *Agent) Stop(ctx context.Context, hb heartbeatSink) {
 // Create creates a sandbox.
 func (a *Agent) Create(ctx context.Context, req noderpc.CreateRequest) error {
 	rt, err := a.opt.Registry.Lookup(req.Tier)
-	if err != nil {
-		return err
-	}
-	img, err := a.resolveImage(req.Image)
 	if err != nil {
 		return err
 	}
@@ -186,22 +185,44 @@ func (a *Agent) Create(ctx context.Context, req noderpc.CreateRequest) error {
 	a.sandboxes[req.ID] = e
 	a.mu.Unlock()
 
+	var cu cleanup.Stack
+	defer cu.Clean()
+	cu.Add(func() {
+		a.mu.Lock()
+		delete(a.sandboxes, req.ID)
+		a.mu.Unlock()
+	})
+	img, release, err := a.resolveImage(ctx, req.Image)
+	if err != nil {
+		return err
+	}
+	cu.Add(release)
+	if len(req.Image.Layers) > 0 {
+		// Remembered before the runtime creates anything, so that after a
+		// crash at any point the next start knows what this sandbox holds.
+		if err := a.state.put(req.ID, sandboxState{Tier: req.Tier, Image: req.Image}); err != nil {
+			return err
+		}
+		cu.Add(func() { a.state.remove(req.ID) })
+	}
 	sb, err := rt.Create(ctx, sandbox.Spec{
 		ID: req.ID, Tier: req.Tier, Image: img, CPU: req.CPU,
 		MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Env: req.Env,
 	})
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if err != nil {
-		delete(a.sandboxes, req.ID)
 		return err
 	}
+	cu.Release()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e.release = a.releaser(req.ID, release)
 	if a.sandboxes[req.ID] != e {
 		// Destroyed while being created: honour the destroy.
 		go func() {
 			if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
 				a.log.Warn("destroying a sandbox deleted during create", "sandbox", req.ID, "err", err)
 			}
+			e.release()
 		}()
 		return errdefs.New(errdefs.Conflict, "sandbox_deleted", "sandbox %s was deleted while being created", req.ID)
 	}
@@ -222,7 +243,25 @@ func (a *Agent) Destroy(ctx context.Context, id string) error {
 	if !ok || e.sb == nil {
 		return nil
 	}
-	return e.sb.Destroy(ctx)
+	if err := e.sb.Destroy(ctx); err != nil {
+		return err
+	}
+	e.release()
+	return nil
+}
+
+// releaser returns a function that frees sandbox id's image view and
+// forgets its state, once.
+func (a *Agent) releaser(id string, release func()) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			release()
+			if a.state != nil {
+				a.state.remove(id)
+			}
+		})
+	}
 }
 
 // DestroyAll destroys every sandbox of the node (shutdown without

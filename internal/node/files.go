@@ -277,17 +277,24 @@ func (a *Agent) endSessions(id string) {
 	}
 }
 
-// janitor expires idle file sessions.
+// janitor expires idle file sessions and collects unused layers.
 func (a *Agent) janitor(ctx context.Context) {
 	defer a.wg.Done()
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			a.expireSessions(now)
+			if a.opt.Layers != nil && n%3 == 0 {
+				// Unused mounts linger up to 30 s, so that a burst of
+				// creates and deletes of one image does not remount it.
+				if err := a.opt.Layers.GC(ctx); err != nil && ctx.Err() == nil {
+					a.log.Warn("collecting unused layers", "err", err)
+				}
+			}
 		}
 	}
 }

@@ -1,33 +1,52 @@
 package node
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/dsec-dev/dsec/internal/builtin"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/layercache"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
-// resolveImage materialises an image on this node. Today images are host
-// directories ("dir:/abs/path") or built-in images this node installed
-// ("builtin:name"); the layer store plugs in here.
-func (a *Agent) resolveImage(ref noderpc.ImageRef) (sandbox.Image, error) {
-	dir, ok := strings.CutPrefix(ref.Source, "dir:")
-	if name, isBuiltin := strings.CutPrefix(ref.Source, builtin.SourcePrefix); isBuiltin && a.opt.DataDir != "" {
-		dir, ok = builtin.Dir(a.opt.DataDir, name), true
+// layerViews is the part of the layer cache the agent uses: read-only
+// views of layer stacks, refcounted, and their garbage collection.
+type layerViews interface {
+	View(ctx context.Context, layers []layercache.Layer) (string, func(), error)
+	GC(ctx context.Context) error
+}
+
+// resolveImage materialises an image on this node and returns it with a
+// release function. Layered images are read-only views from the layer
+// cache; development images are host directories ("dir:/abs/path").
+func (a *Agent) resolveImage(ctx context.Context, ref noderpc.ImageRef) (sandbox.Image, func(), error) {
+	if len(ref.Layers) > 0 {
+		if a.opt.Layers == nil {
+			return sandbox.Image{}, nil, errdefs.New(errdefs.Unsupported, "no_layer_cache", "node %s has no layer cache", a.opt.ID)
+		}
+		layers := make([]layercache.Layer, len(ref.Layers))
+		for i, l := range ref.Layers {
+			layers[i] = layercache.Layer{ID: l.ID, Manifest: l.Manifest}
+		}
+		dir, release, err := a.opt.Layers.View(ctx, layers)
+		if err != nil {
+			return sandbox.Image{}, nil, err
+		}
+		return sandbox.Image{ID: ref.ID, Name: ref.Name, Root: dir}, release, nil
 	}
+	dir, ok := strings.CutPrefix(ref.Source, "dir:")
 	if !ok {
-		return sandbox.Image{}, errdefs.New(errdefs.Unsupported, "image_source_unsupported", "image %s has source %q, which this node cannot load", ref.Name, ref.Source)
+		return sandbox.Image{}, nil, errdefs.New(errdefs.Unsupported, "image_source_unsupported", "image %s has source %q, which this node cannot load", ref.Name, ref.Source)
 	}
 	if !filepath.IsAbs(dir) {
-		return sandbox.Image{}, errdefs.New(errdefs.Invalid, "invalid_image", "image %s: directory %q is not absolute", ref.Name, dir)
+		return sandbox.Image{}, nil, errdefs.New(errdefs.Invalid, "invalid_image", "image %s: directory %q is not absolute", ref.Name, dir)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil || !fi.IsDir() {
-		return sandbox.Image{}, errdefs.New(errdefs.NotFound, "image_missing_on_node", "image %s: directory %s is missing on this node", ref.Name, dir)
+		return sandbox.Image{}, nil, errdefs.New(errdefs.NotFound, "image_missing_on_node", "image %s: directory %s is missing on this node", ref.Name, dir)
 	}
-	return sandbox.Image{ID: ref.ID, Name: ref.Name, Root: dir}, nil
+	return sandbox.Image{ID: ref.ID, Name: ref.Name, Root: dir}, func() {}, nil
 }

@@ -44,11 +44,17 @@ type LayerRecord struct {
 	Created  time.Time      `json:"created"`
 }
 
-func (s *Store) images() catalog[ImageRecord] { return catalog[ImageRecord]{kv: s.imageKV, what: "image"} }
-func (s *Store) layers() catalog[LayerRecord] { return catalog[LayerRecord]{kv: s.layerKV, what: "layer"} }
+func (s *Store) images() catalog[ImageRecord] {
+	return catalog[ImageRecord]{kv: s.imageKV, what: "image"}
+}
+func (s *Store) layers() catalog[LayerRecord] {
+	return catalog[LayerRecord]{kv: s.layerKV, what: "layer"}
+}
 
 // PutImage stores an image record (idempotent: records are immutable).
-func (s *Store) PutImage(ctx context.Context, r ImageRecord) error { return s.images().put(ctx, r.ID, r) }
+func (s *Store) PutImage(ctx context.Context, r ImageRecord) error {
+	return s.images().put(ctx, r.ID, r)
+}
 
 // GetImage returns the image with the given ID.
 func (s *Store) GetImage(ctx context.Context, id string) (ImageRecord, error) {
@@ -80,7 +86,9 @@ func (s *Store) ListImages(ctx context.Context) ([]ImageRecord, []NameRecord, er
 }
 
 // PutLayer stores a layer record (idempotent).
-func (s *Store) PutLayer(ctx context.Context, r LayerRecord) error { return s.layers().put(ctx, r.ID, r) }
+func (s *Store) PutLayer(ctx context.Context, r LayerRecord) error {
+	return s.layers().put(ctx, r.ID, r)
+}
 
 // GetLayer returns the layer with the given ID.
 func (s *Store) GetLayer(ctx context.Context, id string) (LayerRecord, error) {

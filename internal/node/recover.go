@@ -1,0 +1,65 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dsec-dev/dsec/internal/layercache"
+)
+
+// recover rebuilds the agent's view of its sandboxes after a restart:
+// first it re-acquires the image views its sandboxes held (adopting the
+// mounts that outlived the previous agent), then the runtimes re-adopt
+// their sandboxes, then whatever no sandbox claims is released and the
+// layer cache collects it.
+func (a *Agent) recover(ctx context.Context) error {
+	held := map[string]func(){}
+	if a.opt.Layers != nil {
+		st, err := openStateDir(a.opt.StateDir)
+		if err != nil {
+			return err
+		}
+		a.state = st
+		for id, s := range st.all() {
+			layers := make([]layercache.Layer, len(s.Image.Layers))
+			for i, l := range s.Image.Layers {
+				layers[i] = layercache.Layer{ID: l.ID, Manifest: l.Manifest}
+			}
+			_, release, err := a.opt.Layers.View(ctx, layers)
+			if err != nil {
+				a.log.Warn("re-acquiring a sandbox's image", "sandbox", id, "err", err)
+				st.remove(id)
+				continue
+			}
+			held[id] = a.releaser(id, release)
+		}
+	}
+	for _, rt := range a.opt.Registry.All() {
+		sbs, err := rt.Recover(ctx)
+		if err != nil {
+			return fmt.Errorf("recovering %s sandboxes: %w", rt.Tier(), err)
+		}
+		a.mu.Lock()
+		for _, sb := range sbs {
+			release := held[sb.ID()]
+			delete(held, sb.ID())
+			if release == nil {
+				release = func() {}
+			}
+			a.sandboxes[sb.ID()] = &entry{tier: rt.Tier(), sb: sb, release: release}
+		}
+		a.mu.Unlock()
+		if len(sbs) > 0 {
+			a.log.Info("re-adopted sandboxes", "tier", rt.Tier(), "count", len(sbs))
+		}
+	}
+	for _, release := range held {
+		release() // the runtime lost it: nothing uses the view any more
+	}
+	if a.opt.Layers != nil {
+		if err := a.opt.Layers.GC(ctx); err != nil {
+			a.log.Warn("collecting unused layers", "err", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/noderpc"
+	"github.com/dsec-dev/dsec/internal/sys"
+)
+
+// sandboxState is what the agent itself remembers of a sandbox across its
+// own restarts: which image view it holds. Runtimes keep the rest.
+type sandboxState struct {
+	Tier  string           `json:"tier"`
+	Image noderpc.ImageRef `json:"image"`
+}
+
+// stateDir is where sandbox states live. It is a tmpfs when we may mount:
+// it is written on every create, and it lives exactly as long as the
+// mounts it describes (until the host reboots).
+type stateDir struct{ dir string }
+
+func openStateDir(dir string) (*stateDir, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating node state: %w", err)
+	}
+	if !sys.IsTmpfsRoot(dir) {
+		err := sys.MountTmpfs("dsec-node", dir, "mode=0700,size=64m")
+		if err != nil && !errors.Is(err, errdefs.ErrNotSupported) {
+			return nil, err
+		}
+	}
+	return &stateDir{dir: dir}, nil
+}
+
+func (s *stateDir) path(id string) string { return filepath.Join(s.dir, id+".json") }
+
+func (s *stateDir) put(id string, st sandboxState) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := s.path(id) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("writing sandbox state: %w", err)
+	}
+	return os.Rename(tmp, s.path(id))
+}
+
+func (s *stateDir) remove(id string) {
+	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// Harmless: a stale state only makes the next start re-acquire a
+		// view that GC then drops.
+		return
+	}
+}
+
+// all returns every stored state by sandbox ID; unreadable ones are
+// removed.
+func (s *stateDir) all() map[string]sandboxState {
+	out := map[string]sandboxState{}
+	ents, _ := os.ReadDir(s.dir)
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			os.Remove(filepath.Join(s.dir, e.Name()))
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
+		var st sandboxState
+		if err != nil || json.Unmarshal(b, &st) != nil {
+			os.Remove(filepath.Join(s.dir, e.Name()))
+			continue
+		}
+		out[id] = st
+	}
+	return out
+}
+
+// close unmounts the state tmpfs if no sandbox state is left in it.
+func (s *stateDir) close() error {
+	if !sys.IsTmpfsRoot(s.dir) {
+		return nil
+	}
+	if ents, err := os.ReadDir(s.dir); err != nil || len(ents) > 0 {
+		return err
+	}
+	return sys.Unmount(s.dir)
+}
