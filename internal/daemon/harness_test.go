@@ -77,6 +77,15 @@ func startUp(t *testing.T, dir string, adjust func(*config.Config)) *up {
 	u.waitHealthy()
 	t.Cleanup(func() {
 		u.stop()
+		if cfg.KeepSandboxes {
+			// Mounts outlive a keeping shutdown by design; a later start
+			// in the test normally takes them over. If the test ended
+			// first, clear them so one failure does not leak into others.
+			if t.Failed() {
+				testenv.UnmountAll(dir)
+			}
+			return
+		}
 		testenv.NoMountsUnder(t, dir)
 		u.c.CloseIdleConnections()
 		// Everything the daemon started has stopped with it.

@@ -277,15 +277,28 @@ func (r *Registry) RemoveLayer(ctx context.Context, ref string, inUse func(layer
 	if err != nil {
 		return err
 	}
+	// Named images keep their layers; unnamed ones (inline compositions)
+	// are dropped with the layer, unless a live sandbox runs them.
+	var unnamed []string
 	for _, img := range imgs {
-		for _, l := range img.Manifest.Layers {
-			if l.ID == rec.ID {
-				return errdefs.New(errdefs.Conflict, "layer_in_use", "layer %s is used by image %s%s; remove the image first", rec.ID, img.ID, nameOf(img.ID, inames))
-			}
+		if !slices.ContainsFunc(img.Manifest.Layers, func(l store.ImageLayer) bool { return l.ID == rec.ID }) {
+			continue
 		}
+		if n := nameOf(img.ID, inames); n != "" {
+			return errdefs.New(errdefs.Conflict, "layer_in_use", "layer %s is used by image %s%s; remove the image first", rec.ID, img.ID, n)
+		}
+		unnamed = append(unnamed, img.ID)
 	}
 	if inUse != nil && inUse(rec.ID) {
 		return errdefs.New(errdefs.Conflict, "layer_in_use", "layer %s is used by a live sandbox", rec.ID)
+	}
+	for _, id := range unnamed {
+		if err := r.recs.DeleteImage(ctx, id); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		delete(r.byID, id)
+		r.mu.Unlock()
 	}
 	lnames, err := r.LayerNames(ctx, rec.ID)
 	if err != nil {

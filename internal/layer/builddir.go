@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -43,6 +44,9 @@ func BuildDir(ctx context.Context, src, outDir string, opt BuildOptions) (Artifa
 	}
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 		return Artifact{}, errdefs.New(errdefs.Invalid, "layer_source", "layer source %s is not a directory", src)
+	}
+	if out := resolvePath(outDir); out == root || strings.HasPrefix(out, root+string(filepath.Separator)) {
+		return Artifact{}, errdefs.New(errdefs.Invalid, "layer_out_dir", "output directory %s lies inside the source %s", outDir, src)
 	}
 	if err := prepareOutDir(outDir); err != nil {
 		return Artifact{}, err
@@ -79,6 +83,25 @@ func buildDir(ctx context.Context, bin, version, root, outDir string) (Artifact,
 	}
 	return finish(ctx, outDir, Source{Kind: SourceDir, Digest: digest},
 		Builder{Name: "mkfs.erofs", Version: version, Options: opts})
+}
+
+// resolvePath is p made absolute with symlinks resolved as far as it
+// exists.
+func resolvePath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if dir == filepath.Dir(dir) {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // normalizeMeta makes the image independent of the order in which the

@@ -230,6 +230,14 @@ func TestBuildDirRefusals(t *testing.T) {
 		_, err := BuildDir(ctx, t.TempDir(), out, BuildOptions{})
 		wantErr(t, err, errdefs.Conflict, "layer_out_dir_not_empty")
 	})
+	t.Run("out-inside-src", func(t *testing.T) {
+		src := t.TempDir()
+		_, err := BuildDir(ctx, src, filepath.Join(src, "new", "out"), BuildOptions{})
+		wantErr(t, err, errdefs.Invalid, "layer_out_dir")
+		if n := dirNames(t, src); len(n) != 0 {
+			t.Errorf("the source gained %q", n)
+		}
+	})
 	t.Run("missing-src", func(t *testing.T) {
 		_, err := BuildDir(ctx, filepath.Join(t.TempDir(), "nope"), t.TempDir(), BuildOptions{})
 		wantErr(t, err, errdefs.NotFound, "layer_source")

@@ -54,14 +54,14 @@ func BuildOCI(ctx context.Context, src string, outDir string, opt BuildOptions) 
 	if err != nil || want.OS == "" || want.Architecture == "" {
 		return Artifact{}, errdefs.New(errdefs.Invalid, "oci_platform", "bad platform %q (want os/arch[/variant])", opt.Platform)
 	}
+	if err := prepareOutDir(outDir); err != nil {
+		return Artifact{}, err
+	}
 	img, kind, cleanup, err := openImage(ctx, src, *want, opt)
 	if err != nil {
 		return Artifact{}, err
 	}
 	defer cleanup()
-	if err := prepareOutDir(outDir); err != nil {
-		return Artifact{}, err
-	}
 	a, err := buildImage(ctx, img, kind, outDir, opt)
 	if err != nil {
 		cleanOutDir(outDir)
@@ -156,7 +156,7 @@ func openImage(ctx context.Context, src string, want v1.Platform, opt BuildOptio
 		return nil, "", cleanup, err
 	}
 	switch {
-	case entries["manifest.json"] > 0 || hasEntry(entries, "manifest.json"):
+	case hasEntry(entries, "manifest.json"):
 		img, err := imageFromDockerSave(src, entries)
 		return img, SourceDocker, cleanup, err
 	case hasEntry(entries, "oci-layout") && hasEntry(entries, "index.json"):

@@ -41,3 +41,12 @@ func SweepStale(maxAge time.Duration) {
 		_ = sys.DetachMount(m)
 	}
 }
+
+// UnmountAll detaches every mount at or below dir, deepest first.
+func UnmountAll(dir string) {
+	ms, _ := sys.MountsUnder(dir)
+	sort.Slice(ms, func(i, j int) bool { return len(ms[i]) > len(ms[j]) })
+	for _, m := range ms {
+		_ = sys.DetachMount(m)
+	}
+}

@@ -6,3 +6,6 @@ import "time"
 
 // SweepStale does nothing where DSec's tests mount nothing.
 func SweepStale(maxAge time.Duration) {}
+
+// UnmountAll does nothing where DSec's tests mount nothing.
+func UnmountAll(dir string) {}
