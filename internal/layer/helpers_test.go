@@ -103,7 +103,7 @@ func snapshot(t testing.TB, root string) map[string]snap {
 			}
 			sum := sha256.Sum256(b)
 			s.SHA = hex.EncodeToString(sum[:])
-			k := [2]uint64{st.Dev, st.Ino}
+			k := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
 			inodes[k] = append(inodes[k], rel)
 		case fi.IsDir():
 			s.Type = "d"
@@ -230,7 +230,7 @@ func copyTree(t testing.TB, src, dst string) {
 				t.Fatal(err)
 			}
 		default:
-			k := [2]uint64{st.Dev, st.Ino}
+			k := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
 			if first, ok := links[k]; ok {
 				if err := os.Link(first, d); err != nil {
 					t.Fatal(err)

@@ -90,7 +90,7 @@ func (w *treeHasher) walk(ctx context.Context, root, rel string) error {
 	w.field(strconv.FormatUint(uint64(st.Gid), 10))
 	switch typ {
 	case "f":
-		key := [2]uint64{st.Dev, st.Ino}
+		key := [2]uint64{uint64(st.Dev), uint64(st.Ino)}
 		if first, ok := w.links[key]; ok {
 			w.field("hardlink")
 			w.field(first)
