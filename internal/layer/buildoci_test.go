@@ -192,9 +192,13 @@ func TestBuildOCI(t *testing.T) {
 	t.Run("oci-tar", func(t *testing.T) {
 		archive := filepath.Join(t.TempDir(), "image.tar")
 		tarDir(t, dir, archive)
-		b, err := BuildOCI(ctx, archive, t.TempDir(), BuildOptions{TempDir: t.TempDir()})
+		scratch := t.TempDir()
+		b, err := BuildOCI(ctx, archive, t.TempDir(), BuildOptions{TempDir: scratch})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if n := dirNames(t, scratch); len(n) != 0 {
+			t.Errorf("the unpacked layout was left behind: %q", n)
 		}
 		if b.ID() != a.ID() {
 			t.Errorf("the layout as a tar built %s, as a directory %s", b.ID(), a.ID())

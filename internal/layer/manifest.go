@@ -4,6 +4,10 @@
 // chunks) and layer.json (the Manifest). A layer's ID is the SHA-256 of
 // its canonical manifest, and builds are reproducible, so the same input
 // gives the same ID on any machine.
+//
+// BuildDir, BuildTar and BuildOCI make artifacts; Validate and Load check
+// and read them. They keep no shared state and may run concurrently on
+// distinct output directories. RATIONALE.md explains the choices.
 package layer
 
 import (
