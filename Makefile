@@ -59,6 +59,9 @@ bench: build
 	$(GO) test -run '^$$' -bench 'InstantiateGoTool' -benchtime 2s ./internal/wasmopt/
 	$(GO) test -run '^$$' -bench 'CallTiny|CallGoTool' -benchtime 2s -cpu 1,2 ./internal/function/
 	$(GO) test -run '^$$' -bench 'IdleSandboxMemory' -benchtime 3x ./internal/function/
+	$(GO) test -run '^$$' -bench 'BuildDir200MB|BuildTar' -benchtime 2x ./internal/layer/
+	$(GO) test -run '^$$' -bench 'MountLayer|RootAssembly' -benchtime 2000x ./internal/layercache/
+	$(GO) test -run '^$$' -bench 'PageCacheShared' -benchtime 1x ./internal/layercache/
 	scripts/bench.sh $(BIN) --concurrency 1,2,8,32 --duration 5s --idle-sandboxes 4000
 
 clean:

@@ -6,7 +6,6 @@
 // function tier's example tools). The dsec binary embeds the compiled
 // guest and tools (`make build` puts them in assets/); a binary built
 // without them compiles them from the source tree.
-
 package builtin
 
 import "embed"
