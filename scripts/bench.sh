@@ -8,7 +8,9 @@ bin=${1:?usage: scripts/bench.sh BIN [flags]}
 shift
 dir=$(mktemp -d /tmp/dsec-bench.XXXXXX)
 log=$dir/server.log
-"$bin" up --data-dir "$dir/data" --listen 127.0.0.1:0 --nats-listen none --log-level warn >"$log" 2>&1 &
+# The slow built-in (debian-12, debootstrap) would build in the background
+# during the measurements.
+DSEC_SKIP_SLOW_IMAGES=true "$bin" up --data-dir "$dir/data" --listen 127.0.0.1:0 --nats-listen none --log-level warn >"$log" 2>&1 &
 pid=$!
 cleanup() {
 	kill -TERM "$pid" 2>/dev/null || true
