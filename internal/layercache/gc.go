@@ -36,6 +36,15 @@ func (c *Cache) recover(ctx context.Context) error {
 				continue
 			}
 			c.layers[name] = &layerEntry{hex: name, mounted: true}
+		case kind == "idmap" && validHex(name) && m.FSType == "erofs":
+			if e := c.layers[name]; e != nil && e.mounted {
+				e.idmapped = true
+				continue
+			}
+			// A clone without its layer mount: nothing can use it.
+			if err := c.unmountDir(m.Target); err != nil {
+				c.log.Warn("removing an orphan id-mapped layer mount", "mount", m.Target, "err", err)
+			}
 		case kind == "views" && validHex(name) && m.FSType == "overlay":
 			c.views[name] = &viewEntry{key: name, mounted: true, options: m.Options}
 		case kind == "roots" && rootIDPattern.MatchString(name) && m.FSType == "overlay":
@@ -88,6 +97,7 @@ func (c *Cache) recover(ctx context.Context) error {
 	// removes empty directories.
 	for kind, mounted := range map[string]func(string) bool{
 		"mnt":   func(n string) bool { return c.layers[n] != nil && (c.layers[n].mounted || c.layers[n].cached) },
+		"idmap": func(n string) bool { return c.layers[n] != nil && c.layers[n].idmapped },
 		"views": func(n string) bool { return c.views[n] != nil },
 		"roots": func(n string) bool { return c.roots[n] != nil },
 	} {
@@ -181,10 +191,15 @@ func (c *Cache) GC(ctx context.Context) error {
 	c.mu.Unlock()
 	for i, e := range layers {
 		var err error
-		if keepDir[i] {
-			err = sys.Unmount(c.mntDir(e.hex))
-		} else {
-			err = c.unmountDir(c.mntDir(e.hex))
+		if e.idmapped {
+			err = c.unmountDir(c.idmapDir(e.hex))
+		}
+		if err == nil {
+			if keepDir[i] {
+				err = sys.Unmount(c.mntDir(e.hex))
+			} else {
+				err = c.unmountDir(c.mntDir(e.hex))
+			}
 		}
 		c.mu.Lock()
 		f := e.busy
@@ -192,7 +207,7 @@ func (c *Cache) GC(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, err)
 		} else {
-			e.mounted = false
+			e.mounted, e.idmapped = false, false
 			c.dropIfUnusedLocked(e)
 		}
 		c.mu.Unlock()

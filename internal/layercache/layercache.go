@@ -73,6 +73,20 @@ type Layer struct {
 }
 
 // Options configure a Cache.
+// IDMap makes sandbox roots show layer files with their in-image owners
+// to a sandbox in a user namespace: roots are stacked on id-mapped clones
+// of the layer mounts (one per layer, shared by every root, so the page
+// cache stays shared). Views are not id-mapped.
+type IDMap struct {
+	// UsernsFd is an open user namespace whose mapping shifts the ids
+	// (sandbox 0 → HostUID …). The caller keeps it open while the cache
+	// lives.
+	UsernsFd int
+	// HostUID and HostGID are what sandbox root maps to: roots' upper and
+	// work directories are given to them.
+	HostUID, HostGID int
+}
+
 type Options struct {
 	// Dir holds the cache (see the package documentation for its layout).
 	// It must be on a disk file system such as ext4 or xfs: EROFS cannot
@@ -85,6 +99,8 @@ type Options struct {
 	// DefaultBudget. Unused layers are evicted past it, least recently used
 	// first; layers in use are never evicted, so the cache may exceed it.
 	Budget int64
+	// IDMap, if set, id-maps sandbox roots (see IDMap).
+	IDMap *IDMap
 	// Logger receives the cache's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -114,6 +130,7 @@ type Cache struct {
 	store  blobstore.Store
 	paths  pather // nil unless the store is on this host
 	budget int64
+	idmap  *IDMap
 	log    *slog.Logger
 
 	trim chan struct{} // pokes the evictor (buffered, 1)
@@ -155,6 +172,7 @@ type layerEntry struct {
 	size     int64
 	lastUsed time.Time
 	mounted  bool // mnt/<hex> is mounted
+	idmapped bool // idmap/<hex>, its id-mapped clone, is mounted
 	refs     int  // views, roots and single-layer view holders using the mount
 	busy     *flight
 }
@@ -202,6 +220,7 @@ func New(ctx context.Context, opt Options) (*Cache, error) {
 		dir:    dir,
 		store:  opt.Store,
 		budget: opt.Budget,
+		idmap:  opt.IDMap,
 		log:    opt.Logger,
 		trim:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
@@ -222,7 +241,7 @@ func New(ctx context.Context, opt Options) (*Cache, error) {
 	for _, d := range []struct {
 		name string
 		perm os.FileMode
-	}{{"files", 0o700}, {"tmp", 0o700}, {"mnt", 0o755}, {"views", 0o755}, {"roots", 0o755}} {
+	}{{"files", 0o700}, {"tmp", 0o700}, {"mnt", 0o755}, {"idmap", 0o755}, {"views", 0o755}, {"roots", 0o755}} {
 		if err := os.MkdirAll(filepath.Join(dir, d.name), d.perm); err != nil {
 			return nil, c.diskErr(err, "creating layer cache")
 		}
@@ -319,6 +338,7 @@ func (c *Cache) Stats() Stats {
 
 func (c *Cache) filesDir(hex string) string { return filepath.Join(c.dir, "files", hex) }
 func (c *Cache) mntDir(hex string) string   { return filepath.Join(c.dir, "mnt", hex) }
+func (c *Cache) idmapDir(hex string) string { return filepath.Join(c.dir, "idmap", hex) }
 func (c *Cache) viewDir(key string) string  { return filepath.Join(c.dir, "views", key) }
 func (c *Cache) rootDir(id string) string   { return filepath.Join(c.dir, "roots", id) }
 func (c *Cache) tmpDir() string             { return filepath.Join(c.dir, "tmp") }

@@ -155,7 +155,7 @@ func (c *Cache) acquireLayer(ctx context.Context, l Layer, hex string) (*layerEn
 			}
 			continue // look again; a cancelled leader is replaced
 		}
-		if e.mounted {
+		if e.mounted && (c.idmap == nil || e.idmapped) {
 			e.refs++
 			e.lastUsed = time.Now()
 			c.mu.Unlock()
@@ -174,6 +174,7 @@ func (c *Cache) acquireLayer(ctx context.Context, l Layer, hex string) (*layerEn
 		f.err = err
 		if err == nil {
 			e.mounted = true
+			e.idmapped = c.idmap != nil
 			e.refs++
 			e.lastUsed = time.Now()
 		}
@@ -192,6 +193,9 @@ func (c *Cache) acquireLayer(ctx context.Context, l Layer, hex string) (*layerEn
 // missing ones and mounts mnt/<hex>. The caller holds e.busy.
 func (c *Cache) prepareLayer(ctx context.Context, e *layerEntry, l Layer, cached, verified bool) error {
 	hex := e.hex
+	if e.mounted { // only its id-mapped clone is missing (e.g. adopted)
+		return c.mountLayer(e)
+	}
 	if cached && !verified {
 		if err := verifyFiles(ctx, c.filesDir(hex), hex, l.Manifest); err != nil {
 			if isContextErr(err) {
@@ -225,26 +229,55 @@ func (c *Cache) prepareLayer(ctx context.Context, e *layerEntry, l Layer, cached
 	} else {
 		c.hits.Add(1)
 	}
-	return c.mountLayer(hex)
+	return c.mountLayer(e)
 }
 
-// mountLayer mounts files/<hex> at mnt/<hex>, leaving no directory behind
-// if it fails.
-func (c *Cache) mountLayer(hex string) error {
+// mountLayer mounts files/<hex> at mnt/<hex> unless it is mounted, and,
+// with an IDMap, its id-mapped clone at idmap/<hex>, leaving nothing
+// behind if it fails. The caller holds e.busy.
+func (c *Cache) mountLayer(e *layerEntry) error {
+	hex := e.hex
 	target := c.mntDir(hex)
 	var cu cleanup.Stack
 	defer cu.Clean()
-	if err := os.Mkdir(target, 0o755); err == nil {
-		cu.Add(func() { _ = os.Remove(target) })
-	} else if !errors.Is(err, os.ErrExist) {
-		return c.diskErr(err, "mounting layer %s", hex)
+	if !e.mounted {
+		if err := os.Mkdir(target, 0o755); err == nil {
+			cu.Add(func() { _ = os.Remove(target) })
+		} else if !errors.Is(err, os.ErrExist) {
+			return c.diskErr(err, "mounting layer %s", hex)
+		}
+		files := c.filesDir(hex)
+		if err := sys.MountErofs(filepath.Join(files, layer.MetaFile), filepath.Join(files, layer.BlobFile), target); err != nil {
+			return errdefs.Wrap(errdefs.Internal, "layer_mount_failed", err, "mounting layer sha256:%s", hex)
+		}
+		cu.Add(func() { _ = sys.Unmount(target) })
 	}
-	files := c.filesDir(hex)
-	if err := sys.MountErofs(filepath.Join(files, layer.MetaFile), filepath.Join(files, layer.BlobFile), target); err != nil {
-		return errdefs.Wrap(errdefs.Internal, "layer_mount_failed", err, "mounting layer sha256:%s", hex)
+	if c.idmap != nil && !e.idmapped {
+		clone := c.idmapDir(hex)
+		if err := os.Mkdir(clone, 0o755); err == nil {
+			cu.Add(func() { _ = os.Remove(clone) })
+		} else if !errors.Is(err, os.ErrExist) {
+			return c.diskErr(err, "id-mapping layer %s", hex)
+		}
+		if err := sys.IDMappedClone(target, clone, c.idmap.UsernsFd); err != nil {
+			return errdefs.Wrap(errdefs.Internal, "layer_idmap_failed", err, "id-mapping layer sha256:%s", hex)
+		}
 	}
 	cu.Release()
 	return nil
+}
+
+// rootLowers are a root's lower directories: the layers' id-mapped
+// clones with an IDMap, else their mounts.
+func (c *Cache) rootLowers(hexes []string) []string {
+	if c.idmap == nil {
+		return c.lowers(hexes)
+	}
+	out := make([]string, len(hexes))
+	for i, h := range hexes {
+		out[len(hexes)-1-i] = c.idmapDir(h)
+	}
+	return out
 }
 
 // dropFiles removes a layer's cached files (the caller holds e.busy and

@@ -215,7 +215,7 @@ func (c *Cache) Root(ctx context.Context, id string, layers []Layer, upper strin
 // mountRoot mounts sandbox id's overlay, or checks an adopted one.
 func (c *Cache) mountRoot(id string, hexes []string, upper string, adopted bool, options string) error {
 	target := c.rootDir(id)
-	lowers := c.lowers(hexes)
+	lowers := c.rootLowers(hexes)
 	upperDir, workDir := filepath.Join(upper, "upper"), filepath.Join(upper, "work")
 	if adopted {
 		if optionValue(options, "lowerdir") != strings.Join(lowers, ":") || optionValue(options, "upperdir") != upperDir {
@@ -230,6 +230,12 @@ func (c *Cache) mountRoot(id string, hexes []string, upper string, adopted bool,
 			cu.Add(func() { _ = os.RemoveAll(d) })
 		} else if !errors.Is(err, os.ErrExist) {
 			return c.diskErr(err, "making root of sandbox %s", id)
+		}
+		if c.idmap != nil {
+			// Sandbox root writes (copies up) as the mapped host ids.
+			if err := os.Chown(d, c.idmap.HostUID, c.idmap.HostGID); err != nil {
+				return c.diskErr(err, "making root of sandbox %s", id)
+			}
 		}
 	}
 	if err := os.Mkdir(target, 0o755); err == nil {

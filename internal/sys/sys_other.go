@@ -30,3 +30,13 @@ func MountOverlay(target string, lowers []string, upper, work string) error {
 }
 
 func MountsUnder(string) ([]string, error) { return nil, nil }
+
+func IDMappedClone(source, target string, usernsFd int) error {
+	return fmt.Errorf("id-mapped mounts: %w", errdefs.ErrNotSupported)
+}
+
+func NewUserns(hostUID, hostGID, count int) (int, error) {
+	return -1, fmt.Errorf("user namespaces: %w", errdefs.ErrNotSupported)
+}
+
+func CloseFd(fd int) error { return nil }
