@@ -59,18 +59,15 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/blobstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/layerspec"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // DefaultBudget is the cache budget when Options.Budget is 0.
 const DefaultBudget = 20 << 30
 
-// Layer is what a node is told about a layer: its ID and manifest.
-type Layer struct {
-	ID       string
-	Manifest layer.Manifest
-}
+// Layer is a layer to mount: its ID and manifest.
+type Layer = layerspec.Layer
 
 // Options configure a Cache.
 // IDMap makes sandbox roots show layer files with their in-image owners

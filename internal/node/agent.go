@@ -192,12 +192,13 @@ func (a *Agent) Create(ctx context.Context, req noderpc.CreateRequest) error {
 		delete(a.sandboxes, req.ID)
 		a.mu.Unlock()
 	})
-	img, release, err := a.resolveImage(ctx, req.Image)
+	ownRoot := rt.Capabilities().OwnRoot
+	img, release, err := a.resolveImage(ctx, ownRoot, req.Image)
 	if err != nil {
 		return err
 	}
 	cu.Add(release)
-	if len(req.Image.Layers) > 0 {
+	if len(req.Image.Layers) > 0 && !ownRoot {
 		// Remembered before the runtime creates anything, so that after a
 		// crash at any point the next start knows what this sandbox holds.
 		if err := a.state.put(req.ID, sandboxState{Tier: req.Tier, Image: req.Image}); err != nil {

@@ -22,7 +22,12 @@ type layerViews interface {
 // resolveImage materialises an image on this node and returns it with a
 // release function. Layered images are read-only views from the layer
 // cache; development images are host directories ("dir:/abs/path").
-func (a *Agent) resolveImage(ctx context.Context, ref noderpc.ImageRef) (sandbox.Image, func(), error) {
+func (a *Agent) resolveImage(ctx context.Context, ownRoot bool, ref noderpc.ImageRef) (sandbox.Image, func(), error) {
+	if len(ref.Layers) > 0 && ownRoot {
+		// The tier mounts its own roots from the layers (and re-adopts
+		// them itself after a restart).
+		return sandbox.Image{ID: ref.ID, Name: ref.Name, Layers: ref.Layers}, func() {}, nil
+	}
 	if len(ref.Layers) > 0 {
 		if a.opt.Layers == nil {
 			return sandbox.Image{}, nil, errdefs.New(errdefs.Unsupported, "no_layer_cache", "node %s has no layer cache", a.opt.ID)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -30,11 +29,8 @@ func openStateDir(dir string) (*stateDir, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating node state: %w", err)
 	}
-	if !sys.IsTmpfsRoot(dir) {
-		err := sys.MountTmpfs("dsec-node", dir, "mode=0700,size=64m")
-		if err != nil && !errors.Is(err, errdefs.ErrNotSupported) {
-			return nil, err
-		}
+	if _, err := sys.EnsureTmpfs("dsec-node", dir, "mode=0700,size=64m"); err != nil {
+		return nil, err
 	}
 	return &stateDir{dir: dir}, nil
 }
@@ -84,12 +80,4 @@ func (s *stateDir) all() map[string]sandboxState {
 }
 
 // close unmounts the state tmpfs if no sandbox state is left in it.
-func (s *stateDir) close() error {
-	if !sys.IsTmpfsRoot(s.dir) {
-		return nil
-	}
-	if ents, err := os.ReadDir(s.dir); err != nil || len(ents) > 0 {
-		return err
-	}
-	return sys.Unmount(s.dir)
-}
+func (s *stateDir) close() error { return sys.UnmountTmpfsIfEmpty(s.dir) }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/layerspec"
 )
 
 // Operations.
@@ -90,10 +90,7 @@ type ImageRef struct {
 
 // LayerRef is a layer and its manifest, which names its files in the
 // blob store.
-type LayerRef struct {
-	ID       string         `json:"id"`
-	Manifest layer.Manifest `json:"manifest"`
-}
+type LayerRef = layerspec.Layer
 
 // CreateRequest asks a node to create a sandbox.
 type CreateRequest struct {

@@ -12,6 +12,7 @@ import (
 	"io"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/layerspec"
 )
 
 // Runtime runs sandboxes of one tier on one node.
@@ -47,14 +48,21 @@ type Capabilities struct {
 	// FileRoot is the directory the files API is confined to ("/" for a
 	// whole-system tier, "/workspace" for function).
 	FileRoot string `json:"file_root"`
+	// OwnRoot: the tier builds its sandboxes' roots from Image.Layers
+	// itself; otherwise it reads the image at Image.Root.
+	OwnRoot bool `json:"own_root"`
 }
 
-// Image is a resolved, read-only image tree on the node.
+// Image is a resolved image on the node.
 type Image struct {
 	ID   string
 	Name string
-	// Root is the host path of the image's read-only tree.
+	// Root is the host path of the image's read-only tree (for tiers that
+	// read the image in place).
 	Root string
+	// Layers are the image's layers, bottom first, for tiers that build
+	// their own root from them (empty for a development directory image).
+	Layers []layerspec.Layer
 }
 
 // Spec is everything a runtime needs to create a sandbox. Defaults have been

@@ -40,3 +40,6 @@ func NewUserns(hostUID, hostGID, count int) (int, error) {
 }
 
 func CloseFd(fd int) error { return nil }
+
+func EnsureTmpfs(source, dir, options string) (bool, error) { return false, nil }
+func UnmountTmpfsIfEmpty(dir string) error                  { return nil }

@@ -1,11 +1,8 @@
 package function
 
 import (
-	"errors"
 	"fmt"
-	"os"
 
-	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -14,29 +11,14 @@ import (
 // removed on every create and destroy; on the host's ext4 that cost
 // ~225 µs per sandbox with 8 in parallel, on tmpfs ~60 µs. The state
 // lives as long as the workspaces (tmpfs too): it survives restarts of
-// the node agent, not of the host. It reports whether a tmpfs is in place.
+// the node agent, not of the host.
 func mountStateFS(dir string) (bool, error) {
-	if isTmpfsMount(dir) {
-		return true, nil
-	}
-	err := sys.MountTmpfs("dsec-function", dir, "mode=0700,size=256m")
-	if errors.Is(err, errdefs.ErrNotSupported) {
-		return false, nil // not root: state stays on the host file system
-	}
+	ok, err := sys.EnsureTmpfs("dsec-function", dir, "mode=0700,size=256m")
 	if err != nil {
 		return false, fmt.Errorf("the sandbox state tmpfs: %w", err)
 	}
-	return true, nil
+	return ok, nil
 }
 
 // unmountStateFS removes the state tmpfs if no sandbox is left in it.
-func unmountStateFS(dir string) error {
-	if !isTmpfsMount(dir) {
-		return nil
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil || len(ents) > 0 {
-		return err
-	}
-	return unmountWorkspace(dir)
-}
+func unmountStateFS(dir string) error { return sys.UnmountTmpfsIfEmpty(dir) }

@@ -1,0 +1,274 @@
+package guest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// setupSandbox turns this process, just cloned by the node into new user,
+// mount, pid, uts, ipc and cgroup namespaces (and joined to the sandbox's
+// network namespace), into the sandbox's PID 1: it builds the root file
+// system view, pivots into it, sheds every privilege commands must not
+// have and returns the agent's listener. Nothing from the sandbox has run
+// yet: this is trusted code from the read-only toolkit layer.
+func setupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
+	var cfg SandboxConfig
+	b, err := io.ReadAll(io.LimitReader(cfgFile, 16<<20))
+	cfgFile.Close()
+	if err != nil {
+		return nil, cfg, fmt.Errorf("reading the sandbox config: %w", err)
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, cfg, fmt.Errorf("decoding the sandbox config: %w", err)
+	}
+	root := cfg.Rootfs
+	steps := []struct {
+		what string
+		fn   func() error
+	}{
+		// Nothing we mount propagates back to the host.
+		{"making mounts private", func() error { return syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") }},
+		{"setting the hostname", func() error { return syscall.Sethostname([]byte(cfg.Hostname)) }},
+		// pivot_root needs the new root to be a mount point of ours (the
+		// overlay is locked, inherited from a more privileged namespace).
+		{"binding the root", func() error { return syscall.Mount(root, root, "", syscall.MS_BIND|syscall.MS_REC, "") }},
+		// proc must be mounted while the host's proc is still visible
+		// (mnt_already_visible refuses it after the old root is gone).
+		{"mounting /proc", func() error { return mountAt(root, "proc", "proc", "proc", nosuidNodevNoexec, "") }},
+		{"building /dev", func() error { return buildDev(root, cfg.ShmBytes) }},
+		{"mounting /sys", func() error { return bindSys(root) }},
+		{"masking /proc", func() error { return maskProc(root) }},
+		{"writing /etc", func() error { return writeEtc(root, cfg) }},
+	}
+	for _, s := range steps {
+		if err := s.fn(); err != nil {
+			return nil, cfg, fmt.Errorf("%s: %w", s.what, err)
+		}
+	}
+	ln, err := net.Listen("unix", filepath.Join(cfg.SockDir, SockName))
+	if err != nil {
+		return nil, cfg, fmt.Errorf("listening for the node: %w", err)
+	}
+	if err := pivot(root); err != nil {
+		ln.Close()
+		return nil, cfg, fmt.Errorf("pivoting into the root: %w", err)
+	}
+	if cfg.Nofile > 0 {
+		lim := syscall.Rlimit{Cur: cfg.Nofile, Max: cfg.Nofile}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			ln.Close()
+			return nil, cfg, fmt.Errorf("limiting open files: %w", err)
+		}
+	}
+	if err := dropBounding(cfg.KeepCaps); err != nil {
+		ln.Close()
+		return nil, cfg, err
+	}
+	if err := installSeccomp(cfg.Seccomp); err != nil {
+		ln.Close()
+		return nil, cfg, err
+	}
+	return ln, cfg, nil
+}
+
+const nosuidNodevNoexec = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC
+
+func mountAt(root, rel, source, fstype string, flags uintptr, data string) error {
+	target := filepath.Join(root, rel)
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	return syscall.Mount(source, target, fstype, flags, data)
+}
+
+// bindFile bind-mounts the host file src onto root/rel (created empty).
+func bindFile(root, rel, src string, flags uintptr) error {
+	target := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	if f, err := os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o666); err == nil {
+		f.Close()
+	} else if !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding %s: %w", src, err)
+	}
+	if flags != 0 {
+		return syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|flags, "")
+	}
+	return nil
+}
+
+// buildDev gives the sandbox a minimal /dev: a tmpfs with the host's
+// harmless character devices bound in (mknod is not allowed in a user
+// namespace), its own devpts and a size-capped /dev/shm.
+func buildDev(root string, shmBytes int64) error {
+	if err := mountAt(root, "dev", "tmpfs", "tmpfs", syscall.MS_NOSUID|syscall.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return err
+	}
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		if err := bindFile(root, "dev/"+d, "/dev/"+d, 0); err != nil {
+			return err
+		}
+	}
+	if err := mountAt(root, "dev/pts", "devpts", "devpts", syscall.MS_NOSUID|syscall.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return err
+	}
+	if shmBytes <= 0 {
+		shmBytes = 64 << 20
+	}
+	if err := mountAt(root, "dev/shm", "shm", "tmpfs", nosuidNodevNoexec, "mode=1777,size="+strconv.FormatInt(shmBytes, 10)); err != nil {
+		return err
+	}
+	for link, target := range map[string]string{
+		"dev/ptmx": "pts/ptmx", "dev/fd": "/proc/self/fd", "dev/stdin": "/proc/self/fd/0",
+		"dev/stdout": "/proc/self/fd/1", "dev/stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindSys shows the host's /sys read-only, with the parts that say too
+// much about the host (or could be written through a writable submount)
+// masked by empty read-only tmpfs. A fresh sysfs cannot be mounted: the
+// network namespace is not owned by the sandbox's user namespace.
+func bindSys(root string) error {
+	target := filepath.Join(root, "sys")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if err := syscall.Mount("/sys", target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return err
+	}
+	if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|nosuidNodevNoexec, ""); err != nil {
+		return err
+	}
+	for _, d := range []string{"fs/cgroup", "firmware", "kernel/security", "kernel/debug", "kernel/tracing", "fs/bpf", "fs/fuse/connections"} {
+		p := filepath.Join(target, d)
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := syscall.Mount("tmpfs", p, "tmpfs", syscall.MS_RDONLY|nosuidNodevNoexec, "size=0"); err != nil {
+			return fmt.Errorf("masking /sys/%s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// maskProc hides and write-protects /proc paths as OCI runtimes do.
+func maskProc(root string) error {
+	proc := filepath.Join(root, "proc")
+	for _, p := range []string{"kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "sysrq-trigger", "kallsyms"} {
+		path := filepath.Join(proc, p)
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		if err := syscall.Mount("/dev/null", path, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("masking /proc/%s: %w", p, err)
+		}
+	}
+	for _, d := range []string{"acpi", "asound", "scsi", "driver"} {
+		path := filepath.Join(proc, d)
+		if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := syscall.Mount("tmpfs", path, "tmpfs", syscall.MS_RDONLY|nosuidNodevNoexec, "size=0"); err != nil {
+			return fmt.Errorf("masking /proc/%s: %w", d, err)
+		}
+	}
+	for _, p := range []string{"bus", "fs", "irq", "sys"} {
+		path := filepath.Join(proc, p)
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		if err := syscall.Mount(path, path, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+			return fmt.Errorf("protecting /proc/%s: %w", p, err)
+		}
+		if err := syscall.Mount("", path, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|nosuidNodevNoexec, ""); err != nil {
+			return fmt.Errorf("protecting /proc/%s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// writeEtc writes the sandbox's name and resolver files (into its upper
+// layer: they are the sandbox's own).
+func writeEtc(root string, cfg SandboxConfig) error {
+	etc := filepath.Join(root, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return err
+	}
+	for name, content := range map[string]string{"hosts": cfg.Hosts, "resolv.conf": cfg.ResolvConf, "hostname": cfg.Hostname + "\n"} {
+		p := filepath.Join(etc, name)
+		// A symlink here (debian's resolv.conf may be one) must not send
+		// the write elsewhere.
+		_ = os.Remove(p)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pivot(root string) error {
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	if err := syscall.PivotRoot(".", "."); err != nil {
+		return err
+	}
+	if err := syscall.Unmount(".", syscall.MNT_DETACH); err != nil {
+		return err
+	}
+	return os.Chdir("/")
+}
+
+// Linux capability constants (not in package syscall).
+const (
+	prCapbsetDrop = 24
+	capLastCap    = 40
+)
+
+// dropBounding empties the capability bounding set but for keep. This
+// process keeps the capabilities it holds (it needs them to manage
+// commands); what it starts gains at most keep, even as root.
+func dropBounding(keep []int) error {
+	k := map[int]bool{}
+	for _, c := range keep {
+		k[c] = true
+	}
+	last := capLastCap
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(string(trimNL(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if k[c] {
+			continue
+		}
+		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e != 0 {
+			return fmt.Errorf("dropping capability %d: %w", c, e)
+		}
+	}
+	return nil
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

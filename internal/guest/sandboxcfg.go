@@ -1,0 +1,35 @@
+package guest
+
+// SandboxConfig is what the node hands a container sandbox's first
+// process (dsec-guest sandbox) through a pipe on fd 3. The process reads
+// it only after the node has placed it in its cgroups, so the read is
+// also the start signal.
+type SandboxConfig struct {
+	// Rootfs is the sandbox's root (an overlay the node mounted), as a
+	// path in the host's mount table, which the new mount namespace starts
+	// as a copy of.
+	Rootfs string `json:"rootfs"`
+	// SockDir is a host-only directory: the agent listens on
+	// SockDir/agent.sock, created before pivot_root, after which the
+	// directory is out of the sandbox's reach.
+	SockDir  string `json:"sock_dir"`
+	Hostname string `json:"hostname"`
+	// Hosts and ResolvConf become /etc/hosts and /etc/resolv.conf.
+	Hosts      string `json:"hosts"`
+	ResolvConf string `json:"resolv_conf"`
+	// Seccomp is the compiled filter (raw struct sock_filter entries),
+	// installed on the agent and so inherited by every process.
+	Seccomp []byte `json:"seccomp"`
+	// KeepCaps are the capability numbers commands keep; all others are
+	// dropped from the bounding set (commands run as root get only these).
+	KeepCaps []int `json:"keep_caps"`
+	// Env is the default environment of commands.
+	Env []string `json:"env"`
+	// Nofile is RLIMIT_NOFILE for every process (0: leave).
+	Nofile uint64 `json:"nofile"`
+	// ShmBytes sizes /dev/shm.
+	ShmBytes int64 `json:"shm_bytes"`
+}
+
+// SockName is the agent socket's name in SandboxConfig.SockDir.
+const SockName = "agent.sock"
