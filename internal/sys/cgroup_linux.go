@@ -1,0 +1,60 @@
+package sys
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"golang.org/x/sys/unix"
+)
+
+// CgroupID returns the id of the cgroup2 directory at path: the value
+// bpf_get_current_cgroup_id() returns for a task in it. It is read from
+// the directory's kernfs file handle, which carries the 64-bit id (as
+// libbpf and cilium/ebpf do), not from stat, so callers can check one
+// against the other.
+func CgroupID(path string) (uint64, error) {
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, path, 0)
+	if err != nil {
+		return 0, fmt.Errorf("reading the cgroup id of %s: %w", path, err)
+	}
+	b := h.Bytes()
+	if len(b) < 8 {
+		return 0, fmt.Errorf("reading the cgroup id of %s: %d-byte file handle", path, len(b))
+	}
+	return binary.NativeEndian.Uint64(b[:8]), nil
+}
+
+// IsBusy reports whether err is EBUSY (a cgroup that still has tasks or
+// children cannot be removed).
+func IsBusy(err error) bool { return errors.Is(err, unix.EBUSY) }
+
+// Pidfd refers to one process for its whole life: signals sent through it
+// can never reach a later process that reuses the pid.
+type Pidfd struct{ fd int }
+
+// OpenPidfd opens a pidfd for pid. It fails with an error wrapping
+// fs.ErrNotExist (ESRCH) if the process is gone.
+func OpenPidfd(pid int) (*Pidfd, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil, fmt.Errorf("opening a pidfd for %d: %w: %w", pid, err, fs.ErrNotExist)
+		}
+		return nil, fmt.Errorf("opening a pidfd for %d: %w", pid, err)
+	}
+	return &Pidfd{fd: fd}, nil
+}
+
+// Kill sends SIGKILL. A process that already exited is not an error.
+func (p *Pidfd) Kill() error {
+	err := unix.PidfdSendSignal(p.fd, unix.SIGKILL, nil, 0)
+	if err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("killing through a pidfd: %w", err)
+	}
+	return nil
+}
+
+// Close releases the pidfd.
+func (p *Pidfd) Close() error { return unix.Close(p.fd) }
