@@ -1,0 +1,100 @@
+// Package agent is the server side of dsec-guest, the agent inside a
+// container sandbox: it serves the agentproto protocol on a listener the
+// sandbox setup created, runs commands (buffered, streamed, in the
+// background, on a PTY), serves the files API confined to the sandbox
+// root, and, as PID 1, reaps every process of the sandbox.
+//
+// The agent runs among the code it serves. The node treats it as
+// compromised (everything is enforced from the host), and the agent in
+// turn refuses connections from processes inside the sandbox, keeps its
+// own environment and descriptors out of the commands it runs, and
+// ignores the signals a sandbox process may send to PID 1.
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sys"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxOutput = 4 << 20
+	DefaultPath      = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	DefaultWorkdir   = "/workspace"
+)
+
+// Options configure Run. The zero value of every field but Listener is a
+// valid default.
+type Options struct {
+	// Listener yields the node's connections: a Unix socket in a
+	// directory only the host can reach. Run owns it and closes it.
+	Listener net.Listener
+	// Logger receives the agent's own diagnostics; nil discards them.
+	Logger *slog.Logger
+	// Version is reported in Hello.
+	Version string
+	// MaxOutput is the output cap of a request that sets none (4 MiB).
+	MaxOutput int
+	// DefaultEnv is the environment of every command (NAME=value), under
+	// the request's own; nil means just DefaultPath. The agent's own
+	// environment never reaches commands.
+	DefaultEnv []string
+	// Workdir is the working directory of commands that name none:
+	// default /workspace if it exists, else /.
+	Workdir string
+	// Root is the directory the files API is confined to, shown to the
+	// node as "/": default "/". Tests point it at a temporary directory.
+	Root string
+	// Subreaper makes the agent a child subreaper that reaps every
+	// orphan, as PID 1 does, and shields it from signals, as PID 1 is.
+	// It is implied when the agent is PID 1; `dsec-guest serve` sets it.
+	Subreaper bool
+	// PeerCheck decides whether a connection's peer may use the agent.
+	// nil means RequireOutsidePIDNamespace. Tests that run the agent in
+	// their own pid namespace replace it.
+	PeerCheck func(Peer) error
+}
+
+// Peer is a connection's peer as SO_PEERCRED reports it, translated into
+// the agent's namespaces.
+type Peer = sys.Ucred
+
+// RequireOutsidePIDNamespace is the default peer check: it accepts only
+// peers whose process has no pid in the agent's pid namespace (the kernel
+// reports pid 0 for them), that is the node agent in an ancestor
+// namespace. Every process of the sandbox lives in the agent's namespace
+// and has a pid there, so one that reaches the socket somehow is refused.
+// It relies on the agent being PID 1 of the sandbox's own pid namespace.
+func RequireOutsidePIDNamespace(p Peer) error {
+	if p.Pid != 0 {
+		return errdefs.New(errdefs.PermissionDenied, "peer_in_sandbox",
+			"refusing a connection from pid %d inside the sandbox (uid %d)", p.Pid, p.Uid)
+	}
+	return nil
+}
+
+func (o *Options) withDefaults() error {
+	if o.Listener == nil {
+		return fmt.Errorf("agent: %w", errdefs.New(errdefs.Invalid, "no_listener", "no listener given"))
+	}
+	if o.MaxOutput <= 0 {
+		o.MaxOutput = DefaultMaxOutput
+	}
+	if o.DefaultEnv == nil {
+		o.DefaultEnv = []string{DefaultPath}
+	}
+	if o.Root == "" {
+		o.Root = "/"
+	}
+	if o.PeerCheck == nil {
+		o.PeerCheck = RequireOutsidePIDNamespace
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

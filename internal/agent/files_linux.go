@@ -1,0 +1,450 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+)
+
+// The files API is the function tier's (internal/function/files.go) with
+// the sandbox's whole root as the file root: the same checks, error codes
+// and atomic writes, through an os.Root so that no path, symlink or not,
+// leads out of Options.Root.
+
+// maxListDepth caps List.
+const maxListDepth = 32
+
+// fileRoot is the root the node sees.
+const fileRoot = "/"
+
+// resolve cleans a node path and returns it and its path in the root.
+func resolve(p string) (abs, rel string, err error) {
+	abs, err = sandbox.CleanPath(fileRoot, p)
+	if err != nil {
+		return "", "", err
+	}
+	return abs, sandbox.RelPath(fileRoot, abs), nil
+}
+
+// isNotExist reports whether err means a missing file, including a path
+// through a file where a directory was expected.
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}
+
+// fileError classifies an error of an operation on the file at abs.
+func fileError(abs string, err error) error {
+	var de *errdefs.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &de):
+		return err
+	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
+		return errdefs.Wrap(errdefs.TooLarge, "workspace_full", err, "the sandbox's disk is full")
+	case isNotExist(err):
+		return errdefs.Wrap(errdefs.NotFound, "file_not_found", err, "%s does not exist", abs)
+	case errors.Is(err, syscall.ENOTEMPTY): // before ErrExist, which it matches
+		return errdefs.Wrap(errdefs.Conflict, "directory_not_empty", err, "%s is a directory that is not empty", abs)
+	case errors.Is(err, fs.ErrExist):
+		return errdefs.Wrap(errdefs.Conflict, "file_exists", err, "%s already exists", abs)
+	case errors.Is(err, syscall.EISDIR):
+		return errdefs.Wrap(errdefs.Invalid, "is_a_directory", err, "%s is a directory", abs)
+	case errors.Is(err, syscall.EROFS):
+		return errdefs.Wrap(errdefs.PermissionDenied, "read_only", err, "%s is on a read-only file system", abs)
+	case errors.Is(err, fs.ErrPermission):
+		return errdefs.Wrap(errdefs.PermissionDenied, "permission_denied", err, "permission denied on %s", abs)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return errdefs.Wrap(errdefs.Unavailable, "canceled", err, "the operation on %s was cancelled", abs)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		// os.Root's refusal of a path leading out of the root.
+		return errdefs.Wrap(errdefs.Invalid, "path_outside_root", err, "%s leads outside the sandbox", abs)
+	}
+	return err
+}
+
+func fileInfo(abs string, fi fs.FileInfo) api.FileInfo {
+	info := api.FileInfo{
+		Name:    path.Base(abs),
+		Path:    abs,
+		Size:    fi.Size(),
+		Mode:    uint32(fi.Mode().Perm()),
+		ModTime: fi.ModTime(),
+	}
+	switch {
+	case fi.Mode().IsRegular():
+		info.Type = api.FileTypeFile
+	case fi.IsDir():
+		info.Type = api.FileTypeDir
+		info.Size = 0
+	case fi.Mode()&fs.ModeSymlink != 0:
+		info.Type = api.FileTypeSymlink
+	default:
+		info.Type = api.FileTypeOther
+	}
+	return info
+}
+
+func (a *agent) statPath(abs, rel string) (api.FileInfo, error) {
+	fi, err := a.root.Lstat(rel)
+	if err != nil {
+		return api.FileInfo{}, fileError(abs, err)
+	}
+	info := fileInfo(abs, fi)
+	if info.Type == api.FileTypeSymlink {
+		info.Target, _ = a.root.Readlink(rel)
+	}
+	return info, nil
+}
+
+// open streams a regular file: its FileInfo as an event, then its
+// content.
+func (a *agent) open(c *agentproto.Call) {
+	var args agentproto.PathArgs
+	if err := c.Decode(&args); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	abs, rel, err := resolve(args.Path)
+	if err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	fh, err := a.root.Open(rel)
+	if err != nil {
+		c.Reply(nil, fileError(abs, err))
+		return
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		c.Reply(nil, fileError(abs, err))
+		return
+	}
+	if !fi.Mode().IsRegular() {
+		if fi.IsDir() {
+			c.Reply(nil, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs))
+			return
+		}
+		c.Reply(nil, errdefs.New(errdefs.Invalid, "not_a_file", "%s is not a regular file", abs))
+		return
+	}
+	if err := c.Event(fileInfo(abs, fi)); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	for {
+		buf := make([]byte, agentproto.ChunkSize)
+		n, err := io.ReadFull(fh, buf)
+		if n > 0 {
+			if err := c.Send(agentproto.ChanOut, buf[:n]); err != nil {
+				c.Reply(nil, err)
+				return
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			c.Reply(struct{}{}, nil)
+			return
+		}
+		if err != nil {
+			c.Reply(nil, fileError(abs, err))
+			return
+		}
+	}
+}
+
+// write replaces a file with the call's data: a temporary file in the
+// target's directory, renamed over the target once complete.
+func (a *agent) write(c *agentproto.Call) {
+	var args agentproto.WriteArgs
+	if err := c.Decode(&args); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	fi, err := a.writeFile(c, args)
+	c.Reply(fi, err)
+}
+
+func (a *agent) writeFile(c *agentproto.Call, args agentproto.WriteArgs) (api.FileInfo, error) {
+	abs, rel, err := resolve(args.Path)
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	if rel == "." {
+		return api.FileInfo{}, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs)
+	}
+	dir := path.Dir(rel)
+	if args.Parents && dir != "." {
+		if err := a.root.MkdirAll(dir, 0o755); err != nil {
+			return api.FileInfo{}, fileError(path.Dir(abs), err)
+		}
+	}
+	if fi, err := a.root.Lstat(rel); err == nil && fi.IsDir() {
+		return api.FileInfo{}, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs)
+	}
+	mode := fs.FileMode(args.Mode).Perm()
+	if args.Mode == 0 {
+		mode = 0o644
+	}
+	var suffix [8]byte
+	rand.Read(suffix[:])
+	tmp := path.Join(dir, ".dsec-write-"+hex.EncodeToString(suffix[:]))
+	fh, err := a.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if isNotExist(err) {
+		return api.FileInfo{}, errdefs.New(errdefs.NotFound, "parent_not_found",
+			"directory %s does not exist (write with parents to create it)", path.Dir(abs))
+	}
+	if err != nil {
+		return api.FileInfo{}, fileError(abs, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			fh.Close()
+			a.root.Remove(tmp)
+		}
+	}()
+	var n int64
+	for {
+		b, err := c.Recv(c.Context())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return api.FileInfo{}, fileError(abs, err)
+		}
+		n += int64(len(b))
+		if args.MaxBytes > 0 && n > args.MaxBytes {
+			return api.FileInfo{}, errdefs.New(errdefs.TooLarge, "file_too_large", "%s would be larger than %d bytes", abs, args.MaxBytes)
+		}
+		if _, err := fh.Write(b); err != nil {
+			return api.FileInfo{}, fileError(abs, err)
+		}
+	}
+	if err := fh.Chmod(mode); err != nil {
+		return api.FileInfo{}, fileError(abs, err)
+	}
+	if err := fh.Close(); err != nil {
+		return api.FileInfo{}, fileError(abs, err)
+	}
+	if err := a.root.Rename(tmp, rel); err != nil {
+		return api.FileInfo{}, fileError(abs, err)
+	}
+	done = true
+	return a.statPath(abs, rel)
+}
+
+// list streams a directory listing, sorted by path, as NDJSON.
+func (a *agent) list(c *agentproto.Call) {
+	var args agentproto.ListArgs
+	if err := c.Decode(&args); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	abs, rel, err := resolve(args.Path)
+	if err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	depth := min(max(args.Depth, 1), maxListDepth)
+	fi, err := a.root.Lstat(rel)
+	if err != nil {
+		c.Reply(nil, fileError(abs, err))
+		return
+	}
+	if !fi.IsDir() {
+		c.Reply(nil, errdefs.New(errdefs.Invalid, "not_a_directory", "%s is not a directory", abs))
+		return
+	}
+	var out []api.FileInfo
+	if err := a.walk(c.Context(), abs, rel, depth, &out); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	slices.SortFunc(out, func(x, y api.FileInfo) int { return strings.Compare(x.Path, y.Path) })
+	if err := sendLines(c, out); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	c.Reply(struct{}{}, nil)
+}
+
+func (a *agent) walk(ctx context.Context, abs, rel string, depth int, out *[]api.FileInfo) error {
+	if err := ctx.Err(); err != nil {
+		return fileError(abs, err)
+	}
+	dir, err := a.root.Open(rel)
+	if err != nil {
+		return fileError(abs, err)
+	}
+	entries, err := dir.ReadDir(-1)
+	dir.Close()
+	if err != nil {
+		return fileError(abs, err)
+	}
+	for _, e := range entries {
+		childAbs, childRel := path.Join(abs, e.Name()), path.Join(rel, e.Name())
+		info, err := a.statPath(childAbs, childRel)
+		if errdefs.ClassOf(err) == errdefs.NotFound {
+			continue // removed while we list
+		}
+		if err != nil {
+			return err
+		}
+		if len(*out) >= agentproto.MaxListEntries {
+			return errdefs.New(errdefs.TooLarge, "too_many_entries", "the listing has more than %d entries; list less deep", agentproto.MaxListEntries)
+		}
+		*out = append(*out, info)
+		if info.Type == api.FileTypeDir && depth > 1 {
+			if err := a.walk(ctx, childAbs, childRel, depth-1, out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sendLines sends entries as NDJSON on ChanOut, in chunks.
+func sendLines[T any](c *agentproto.Call, entries []T) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	flush := func() error {
+		if buf.Len() == 0 {
+			return nil
+		}
+		b := bytes.Clone(buf.Bytes())
+		buf.Reset()
+		return c.Send(agentproto.ChanOut, b)
+	}
+	for _, e := range entries {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+		if buf.Len() >= agentproto.ChunkSize {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+func (a *agent) stat(c *agentproto.Call) {
+	var args agentproto.PathArgs
+	if err := c.Decode(&args); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	abs, rel, err := resolve(args.Path)
+	if err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	c.Reply(a.statPath(abs, rel))
+}
+
+func (a *agent) mkdir(c *agentproto.Call) {
+	var args agentproto.MkdirArgs
+	if err := c.Decode(&args); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	abs, rel, err := resolve(args.Path)
+	if err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	if args.Parents {
+		err = a.root.MkdirAll(rel, 0o755)
+	} else {
+		err = a.root.Mkdir(rel, 0o755)
+	}
+	if err != nil {
+		c.Reply(nil, fileError(abs, err))
+		return
+	}
+	c.Reply(a.statPath(abs, rel))
+}
+
+func (a *agent) remove(c *agentproto.Call) {
+	var args agentproto.RemoveArgs
+	if err := c.Decode(&args); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	abs, rel, err := resolve(args.Path)
+	if err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	if rel == "." {
+		c.Reply(nil, errdefs.New(errdefs.Invalid, "path_is_root", "%s cannot be removed", fileRoot))
+		return
+	}
+	if _, err := a.root.Lstat(rel); err != nil {
+		c.Reply(nil, fileError(abs, err))
+		return
+	}
+	if args.Recursive {
+		err = a.root.RemoveAll(rel)
+	} else {
+		err = a.root.Remove(rel)
+		if errors.Is(err, syscall.EEXIST) {
+			err = &fs.PathError{Op: "remove", Path: rel, Err: syscall.ENOTEMPTY}
+		}
+	}
+	if err != nil {
+		c.Reply(nil, fileError(abs, err))
+		return
+	}
+	c.Reply(struct{}{}, nil)
+}
+
+func (a *agent) rename(c *agentproto.Call) {
+	var args agentproto.RenameArgs
+	if err := c.Decode(&args); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	fromAbs, fromRel, err := resolve(args.From)
+	if err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	toAbs, toRel, err := resolve(args.To)
+	if err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	if fromRel == "." || toRel == "." {
+		c.Reply(nil, errdefs.New(errdefs.Invalid, "path_is_root", "%s cannot be renamed or replaced", fileRoot))
+		return
+	}
+	if _, err := a.root.Lstat(fromRel); err != nil {
+		c.Reply(nil, fileError(fromAbs, err))
+		return
+	}
+	if err := a.root.Rename(fromRel, toRel); err != nil {
+		c.Reply(nil, fileError(toAbs, err))
+		return
+	}
+	c.Reply(a.statPath(toAbs, toRel))
+}

@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sys"
+)
+
+// maxConns bounds the node's concurrent connections (a restarted node
+// agent reconnects while the old connection may linger).
+const maxConns = 16
+
+// shielded are the signals a process in the sandbox could send to PID 1
+// that Go would otherwise act on (exit, dump, crash). Sent by kill(2), a
+// notified signal is only queued to a channel; real faults still crash.
+var shielded = []os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+	syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGPIPE,
+	syscall.SIGTERM, syscall.SIGSTKFLT, syscall.SIGSYS, syscall.SIGUSR1, syscall.SIGUSR2,
+	syscall.SIGALRM, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPWR,
+}
+
+// agent is one Run: its options, file root and processes.
+type agent struct {
+	opt     Options
+	logger  *slog.Logger
+	root    *os.Root
+	workdir string
+	started time.Time
+	conns   atomic.Int32
+
+	mu    sync.Mutex    // guards following fields
+	procs map[int]*proc // processes started by this agent and not forgotten
+}
+
+// Run serves the node on opt.Listener until ctx is done or the listener
+// fails, then kills every process it started and returns. It must run in
+// the sandbox's namespaces, as PID 1 (or with Options.Subreaper): it reaps
+// every child of the process, so nothing else in the process may wait for
+// children while it runs.
+//
+// On start it marks every inherited descriptor above 2 close-on-exec,
+// clears the process's dumpable flag and, as PID 1, ignores the signals
+// sandbox processes could send it (stop it by cancelling ctx or, from the
+// host, with SIGKILL).
+func Run(ctx context.Context, opt Options) error {
+	if err := opt.withDefaults(); err != nil {
+		return err
+	}
+	defer opt.Listener.Close()
+	root, err := os.OpenRoot(opt.Root)
+	if err != nil {
+		return errdefs.Wrap(errdefs.Invalid, "bad_root", err, "opening the file root %s", opt.Root)
+	}
+	defer root.Close()
+	a := &agent{
+		opt:     opt,
+		logger:  opt.Logger,
+		root:    root,
+		workdir: opt.Workdir,
+		started: time.Now(),
+		procs:   map[int]*proc{},
+	}
+	if a.workdir == "" {
+		a.workdir = "/"
+		if fi, err := os.Stat(DefaultWorkdir); err == nil && fi.IsDir() {
+			a.workdir = DefaultWorkdir
+		}
+	}
+	if err := sys.CloexecFrom(3); err != nil {
+		a.logger.Warn("inherited descriptors may reach commands", "err", err)
+	}
+	if err := sys.SetNotDumpable(); err != nil {
+		a.logger.Warn("the agent stays dumpable", "err", err)
+	}
+	initMode := os.Getpid() == 1 || opt.Subreaper
+	if initMode {
+		if os.Getpid() != 1 {
+			if err := sys.SetChildSubreaper(); err != nil {
+				return err
+			}
+		}
+		sigs := make(chan os.Signal, 8)
+		signal.Notify(sigs, shielded...)
+		go func() {
+			for s := range sigs {
+				a.logger.Debug("ignoring a signal", "signal", s)
+			}
+		}()
+		defer func() {
+			signal.Stop(sigs) // no more sends to sigs once it returns
+			close(sigs)
+		}()
+	}
+	theReaper.acquire(initMode)
+	defer theReaper.release()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		opt.Listener.Close()
+	}()
+	var wg sync.WaitGroup
+	err = a.accept(ctx, &wg)
+	cancel()
+	wg.Wait()
+	a.killAll()
+	if ctx.Err() != nil && errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// accept serves connections until the listener fails.
+func (a *agent) accept(ctx context.Context, wg *sync.WaitGroup) error {
+	var delay time.Duration
+	for {
+		conn, err := a.opt.Listener.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return net.ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				a.logger.Warn("accept failed; retrying", "err", err, "delay", delay)
+				select {
+				case <-time.After(delay):
+				case <-ctx.Done():
+				}
+				continue
+			}
+			return err
+		}
+		delay = 0
+		if err := a.admit(conn); err != nil {
+			a.logger.Warn("refusing a connection", "err", err)
+			conn.Close()
+			continue
+		}
+		wg.Add(1)
+		a.conns.Add(1)
+		go func() {
+			defer wg.Done()
+			defer a.conns.Add(-1)
+			if err := agentproto.Serve(ctx, conn, a.logger, a.handle); err != nil && ctx.Err() == nil {
+				a.logger.Info("connection ended", "err", err)
+			}
+		}()
+	}
+}
+
+// admit checks a new connection's peer.
+func (a *agent) admit(conn net.Conn) error {
+	if a.conns.Load() >= maxConns {
+		return errdefs.New(errdefs.RateLimited, "too_many_connections", "%d connections already", maxConns)
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return errdefs.New(errdefs.PermissionDenied, "peer_unknown", "a %T has no peer credentials", conn)
+	}
+	cred, err := sys.PeerCred(sc)
+	if err != nil {
+		return err
+	}
+	return a.opt.PeerCheck(cred)
+}
+
+// handle serves one call.
+func (a *agent) handle(c *agentproto.Call) {
+	switch c.Op {
+	case agentproto.OpHello:
+		a.hello(c)
+	case agentproto.OpExec:
+		a.exec(c)
+	case agentproto.OpWait:
+		a.wait(c)
+	case agentproto.OpAttach:
+		a.attach(c)
+	case agentproto.OpStdin:
+		a.writeStdin(c)
+	case agentproto.OpCloseStdin:
+		a.closeStdin(c)
+	case agentproto.OpSignal:
+		a.signal(c)
+	case agentproto.OpResize:
+		a.resize(c)
+	case agentproto.OpProcesses:
+		a.processes(c)
+	case agentproto.OpProcess:
+		a.process(c)
+	case agentproto.OpOpen:
+		a.open(c)
+	case agentproto.OpWrite:
+		a.write(c)
+	case agentproto.OpList:
+		a.list(c)
+	case agentproto.OpStat:
+		a.stat(c)
+	case agentproto.OpMkdir:
+		a.mkdir(c)
+	case agentproto.OpRemove:
+		a.remove(c)
+	case agentproto.OpRename:
+		a.rename(c)
+	case agentproto.OpStats:
+		c.Reply(a.stats(), nil)
+	default:
+		c.Reply(nil, errdefs.New(errdefs.Unsupported, "unknown_op", "the agent has no %q operation", c.Op))
+	}
+}
+
+func (a *agent) hello(c *agentproto.Call) {
+	var args agentproto.HelloArgs
+	if err := c.Decode(&args); err != nil {
+		c.Reply(nil, err)
+		return
+	}
+	// The agent answers with its own version whatever the node speaks;
+	// the node decides whether it can talk to it.
+	c.Reply(agentproto.Hello{
+		Protocol:     agentproto.Protocol,
+		AgentVersion: a.opt.Version,
+		Pid:          os.Getpid(),
+		Capabilities: []string{
+			agentproto.CapExec, agentproto.CapProcesses, agentproto.CapPTY,
+			agentproto.CapAttach, agentproto.CapFiles, agentproto.CapStats,
+		},
+	}, nil)
+}
