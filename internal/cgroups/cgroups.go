@@ -167,7 +167,7 @@ func (m *Manager) detect(root string, force Mode) error {
 			unified = e.Target
 		case e.FSType == "cgroup" && filepath.Dir(e.Target) == root:
 			for _, o := range strings.Split(e.Options, ",") {
-				if _, seen := m.hier[o]; !seen && slices.Contains(append(v1Required, v1Optional...), o) {
+				if _, seen := m.hier[o]; !seen && slices.Contains(slices.Concat(v1Required, v1Optional), o) {
 					m.hier[o] = e.Target
 				}
 			}

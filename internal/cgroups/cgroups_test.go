@@ -121,6 +121,11 @@ func TestCreateErrors(t *testing.T) {
 	if _, err := m.Open("bad"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a failed Create left a group behind: Open = %v", err)
 	}
+	for _, pid := range []int{0, -1} {
+		if err := g.AddProc(pid); errdefs.ClassOf(err) != errdefs.Invalid {
+			t.Errorf("AddProc(%d) = %v", pid, err)
+		}
+	}
 	if _, err := m.Open("missing"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Open(missing) = %v", err)
 	}

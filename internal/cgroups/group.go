@@ -180,6 +180,10 @@ func (w *writes) add(dir, file, value string) {
 // write fails. On error the process may be in some hierarchies only; the
 // caller kills it (it has not been released yet) and destroys the group.
 func (g *Group) AddProc(pid int) error {
+	if pid <= 0 {
+		// "0" would move the caller itself into the sandbox's group.
+		return errdefs.New(errdefs.Invalid, "invalid_pid", "pid %d", pid)
+	}
 	s := strconv.Itoa(pid)
 	for i := len(g.dirs) - 1; i >= 0; i-- {
 		if err := writeFile(filepath.Join(g.dirs[i], "cgroup.procs"), s); err != nil {
