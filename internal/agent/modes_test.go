@@ -5,10 +5,9 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
@@ -18,8 +17,8 @@ import (
 // runMode runs the test binary as a child in one of these modes:
 //
 //	serve  the agent on DSEC_AGENT_TEST_SOCKET (root DSEC_AGENT_TEST_ROOT)
-//	       with the default peer check, as PID 1 or a child subreaper: what
-//	       `dsec-guest serve` does
+//	       with the default peer check, as PID 1 or a child subreaper,
+//	       until its stdin ends
 //	probe  a client that connects to DSEC_AGENT_TEST_SOCKET, says hello and
 //	       prints "accepted" or "refused: …"
 func runMode(mode string) int {
@@ -31,8 +30,12 @@ func runMode(mode string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		ctx, stop := context.WithCancel(context.Background())
 		defer stop()
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			stop()
+		}()
 		err = agent.Run(ctx, agent.Options{
 			Listener:  ln,
 			Version:   "test-child",

@@ -3,7 +3,9 @@ package agentproto
 import (
 	"context"
 	"io"
+	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/sandbox"
@@ -65,9 +67,13 @@ type fileReader struct {
 	err    error // sticky: io.EOF or the failure
 
 	closeOnce sync.Once
+	closed    atomic.Bool
 }
 
 func (r *fileReader) Read(p []byte) (int, error) {
+	if r.closed.Load() {
+		return 0, os.ErrClosed
+	}
 	for len(r.buf) == 0 {
 		if r.err != nil {
 			return 0, r.err
@@ -102,6 +108,7 @@ func (r *fileReader) Read(p []byte) (int, error) {
 // Close stops the download if it has not ended.
 func (r *fileReader) Close() error {
 	r.closeOnce.Do(func() {
+		r.closed.Store(true)
 		r.st.abandon()
 		r.cancel()
 	})

@@ -3,9 +3,11 @@ package agentproto
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
+	"syscall"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -13,7 +15,10 @@ import (
 // Serve serves the protocol on conn (agent side) until the connection
 // ends or ctx is done, calling handle for every call in a goroutine of
 // its own. It closes conn, cancels the calls still running and waits for
-// their handlers to return before it returns.
+// their handlers to return before it returns. It returns nil when the
+// node closed the connection, ctx's error when ctx ended, and the error
+// otherwise (a protocol violation: errdefs.Unavailable
+// "agent_protocol_error", an I/O error).
 func Serve(ctx context.Context, conn io.ReadWriteCloser, logger *slog.Logger, handle func(*Call)) error {
 	s := newSession(conn, logger, true)
 	sctx, cancel := context.WithCancel(ctx)
@@ -45,7 +50,14 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, logger *slog.Logger, ha
 	cancel()
 	calls.Wait()
 	s.wg.Wait()
-	if s.err == io.EOF {
+	var e *errdefs.Error
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.As(s.err, &e):
+		return s.err
+	case errors.Is(s.err, io.EOF) || errors.Is(s.err, io.ErrUnexpectedEOF) ||
+		errors.Is(s.err, syscall.ECONNRESET) || errors.Is(s.err, syscall.EPIPE):
 		return nil
 	}
 	return s.err

@@ -113,6 +113,9 @@ func (s *session) enqueue(ctx context.Context, f Frame) error {
 		return s.failure()
 	default:
 	}
+	if ctx.Err() != nil {
+		return ctxError(ctx)
+	}
 	select {
 	case s.out <- f:
 		return nil
