@@ -21,13 +21,6 @@ import (
 // eot is what closing stdin means on a terminal: ^D.
 var eot = []byte{4}
 
-func execTimeout(s float64) time.Duration {
-	if s <= 0 {
-		return agentproto.DefaultExecTimeout
-	}
-	return time.Duration(s * float64(time.Second))
-}
-
 // exec runs a command: to completion, streaming its output to the call,
 // or in the background.
 func (a *agent) exec(c *agentproto.Call) {
@@ -91,7 +84,7 @@ func (a *agent) exec(c *agentproto.Call) {
 		go pump(agentproto.ChanErr, pio.stderr)
 	}
 
-	timer := time.NewTimer(execTimeout(args.TimeoutS))
+	timer := time.NewTimer(agentproto.ExecTimeout(args.TimeoutS))
 	defer timer.Stop()
 	var timedOut, cancelled bool
 	select {
@@ -177,7 +170,7 @@ func (a *agent) startBackground(c *agentproto.Call, args *agentproto.ExecArgs) {
 	}
 	var timeout time.Duration
 	if args.TimeoutS > 0 {
-		timeout = execTimeout(args.TimeoutS)
+		timeout = agentproto.ExecTimeout(args.TimeoutS)
 	}
 	go a.supervise(p, pio, *args, timeout)
 	c.Event(agentproto.Started{Pid: p.pid})

@@ -3,12 +3,13 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path"
 	"slices"
@@ -203,8 +204,10 @@ func (a *agent) writeFile(c *agentproto.Call, args agentproto.WriteArgs) (api.Fi
 	if args.Mode == 0 {
 		mode = 0o644
 	}
+	// The name need not be secret (O_EXCL refuses a planted file), so
+	// math/rand spares the binary the crypto packages.
 	var suffix [8]byte
-	rand.Read(suffix[:])
+	binary.LittleEndian.PutUint64(suffix[:], rand.Uint64())
 	tmp := path.Join(dir, ".dsec-write-"+hex.EncodeToString(suffix[:]))
 	fh, err := a.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if isNotExist(err) {

@@ -99,9 +99,18 @@ func (r *ExecRequest) args() (ExecArgs, io.Reader, error) {
 	return a, stdin, nil
 }
 
-func execTimeout(timeoutS float64) time.Duration {
-	if timeoutS <= 0 {
+// MaxExecTimeout bounds a command's timeout (and keeps the arithmetic on
+// durations from overflowing).
+const MaxExecTimeout = 365 * 24 * time.Hour
+
+// ExecTimeout is the timeout of a command whose request says timeoutS:
+// DefaultExecTimeout if it is not positive, at most MaxExecTimeout.
+func ExecTimeout(timeoutS float64) time.Duration {
+	switch {
+	case !(timeoutS > 0): // also NaN
 		return DefaultExecTimeout
+	case timeoutS >= MaxExecTimeout.Seconds():
+		return MaxExecTimeout
 	}
 	return time.Duration(timeoutS * float64(time.Second))
 }
@@ -218,7 +227,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, out Output) (api.Exe
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	ctx, cancel := withTimeout(ctx, execTimeout(args.TimeoutS)+ExecGrace)
+	ctx, cancel := withTimeout(ctx, ExecTimeout(args.TimeoutS)+ExecGrace)
 	defer cancel()
 	st, err := c.s.open(ctx, OpExec, args)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -164,5 +165,23 @@ func TestHandlerWithoutReply(t *testing.T) {
 	_, err := c.Stat(context.Background(), "/")
 	if !errors.Is(err, errdefs.Internal) || errdefs.CodeOf(err) != "no_reply" {
 		t.Errorf("err = %v", err)
+	}
+}
+
+func TestExecTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		in   float64
+		want time.Duration
+	}{
+		{0, DefaultExecTimeout},
+		{-1, DefaultExecTimeout},
+		{math.NaN(), DefaultExecTimeout},
+		{0.5, 500 * time.Millisecond},
+		{1e300, MaxExecTimeout},
+		{math.Inf(1), MaxExecTimeout},
+	} {
+		if got := ExecTimeout(tc.in); got != tc.want {
+			t.Errorf("ExecTimeout(%v) = %v, want %v", tc.in, got, tc.want)
+		}
 	}
 }
