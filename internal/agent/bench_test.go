@@ -39,6 +39,31 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 	reportLatency(b, lat)
 }
 
+// BenchmarkExecRoundTripPID1 is BenchmarkExecRoundTrip against an agent
+// in its own process, PID 1 of a new pid namespace: the production path
+// (reap-all mode, a small process).
+func BenchmarkExecRoundTripPID1(b *testing.B) {
+	ca := startChildAgent(b)
+	c := dial(b, ca.socket)
+	defer c.Close()
+	req := agentproto.ExecRequest{Argv: []string{"/bin/true"}, TimeoutS: 10}
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		start := time.Now()
+		res, err := c.Exec(ctx, req, agentproto.Output{})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v, %v", res, err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	reportLatency(b, lat)
+	b.StopTimer()
+	if err := ca.stop(); err != nil {
+		b.Error(err)
+	}
+}
+
 // BenchmarkHelloRoundTrip measures the protocol alone: one small call.
 func BenchmarkHelloRoundTrip(b *testing.B) {
 	c, _ := newAgent(b, agent.Options{})

@@ -204,7 +204,7 @@ func (a *agent) supervise(p *proc, pio stdio, args agentproto.ExecArgs, timeout 
 			return
 		}
 		if err := p.writeStdin(fctx, []byte(args.Stdin)); err == nil {
-			p.closeStdin()
+			p.closeStdin(fctx)
 		}
 	}()
 	var timer <-chan time.Time
@@ -295,10 +295,11 @@ func (p *proc) writeStdin(ctx context.Context, b []byte) error {
 }
 
 // closeStdin closes a background process's stdin (a write in progress
-// fails); on a terminal it sends ^D instead. It is idempotent.
-func (p *proc) closeStdin() error {
+// fails); on a terminal it sends ^D instead, which ctx bounds. It is
+// idempotent.
+func (p *proc) closeStdin(ctx context.Context) error {
 	if p.pty != nil {
-		return p.writeStdin(context.Background(), eot)
+		return p.writeStdin(ctx, eot)
 	}
 	p.shutStdin()
 	return nil
@@ -481,7 +482,7 @@ func (a *agent) closeStdin(c *agentproto.Call) {
 		c.Reply(nil, err)
 		return
 	}
-	c.Reply(struct{}{}, p.closeStdin())
+	c.Reply(struct{}{}, p.closeStdin(c.Context()))
 }
 
 // signals are the signals the API can send, by name.

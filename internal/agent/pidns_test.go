@@ -5,6 +5,8 @@ package agent_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -61,41 +63,69 @@ func TestDefaultPeerCheckRefusesSameNamespace(t *testing.T) {
 	}
 }
 
+// childAgent is this test binary serving as the agent (serve mode) in a
+// child process, as PID 1 of a new pid namespace.
+type childAgent struct {
+	socket string
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	stderr bytes.Buffer
+	exited bool
+}
+
+// startChildAgent starts a childAgent and waits for its socket; it is
+// killed with the test unless stopped.
+func startChildAgent(t testing.TB) *childAgent {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for CLONE_NEWPID")
+	}
+	ca := &childAgent{socket: filepath.Join(socketDir(t), "agent.sock")}
+	ca.cmd = exec.Command(os.Args[0])
+	ca.cmd.Env = append(os.Environ(), "DSEC_AGENT_TEST_MODE=serve", "DSEC_AGENT_TEST_SOCKET="+ca.socket, "DSEC_AGENT_TEST_ROOT="+t.TempDir(), "GORACE=atexit_sleep_ms=0")
+	ca.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	ca.cmd.Stderr = &ca.stderr
+	stdin, err := ca.cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca.stdin = stdin
+	if err := ca.cmd.Start(); err != nil {
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
+			t.Skipf("cannot create a pid namespace: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !ca.exited {
+			ca.cmd.Process.Kill()
+			ca.cmd.Wait()
+		}
+	})
+	waitFor(t, "the agent's socket", func() bool { _, err := os.Stat(ca.socket); return err == nil })
+	return ca
+}
+
+// stop ends the agent by closing its stdin and returns how it exited.
+func (ca *childAgent) stop() error {
+	ca.stdin.Close()
+	ca.exited = true
+	if err := ca.cmd.Wait(); err != nil {
+		return fmt.Errorf("%w:\n%s", err, ca.stderr.String())
+	}
+	return nil
+}
+
 // TestPIDNamespace runs the agent as PID 1 of a new pid namespace (a
 // child of this test in serve mode), as a container sandbox does, and
 // checks what only holds there: the node outside is accepted (peer pid 0)
 // while a process of the sandbox that reaches the socket is refused;
 // signals sent to PID 1 from inside are ignored; orphans are reaped.
 func TestPIDNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for CLONE_NEWPID")
-	}
-	dir := socketDir(t)
-	sock := filepath.Join(dir, "agent.sock")
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "DSEC_AGENT_TEST_MODE=serve", "DSEC_AGENT_TEST_SOCKET="+sock, "DSEC_AGENT_TEST_ROOT="+t.TempDir(), "GORACE=atexit_sleep_ms=0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
-			t.Skipf("cannot create a pid namespace: %v", err)
-		}
-		t.Fatal(err)
-	}
-	exited := false
-	defer func() {
-		if !exited {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
-	waitFor(t, "the agent's socket", func() bool { _, err := os.Stat(sock); return err == nil })
-
+	ca := startChildAgent(t)
+	sock := ca.socket
+	var stderr = &ca.stderr
+	cmd := ca.cmd
 	c := dial(t, sock)
 	defer c.Close()
 	h, err := c.Hello(ctxT(t, 10*time.Second))
@@ -137,10 +167,8 @@ func TestPIDNamespace(t *testing.T) {
 	if p.Pid < 2 || p.Pid > 1000 {
 		t.Errorf("pid %d in the new namespace", p.Pid)
 	}
-	stdin.Close() // stops the agent, which kills its processes
-	exited = true
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("agent exited with %v:\n%s", err, stderr.String())
+	if err := ca.stop(); err != nil { // the agent kills its processes
+		t.Errorf("agent exited with %v", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -35,8 +36,9 @@ func procState(pid int) string {
 func TestBackgroundLifecycle(t *testing.T) {
 	c, _ := newAgent(t, agent.Options{})
 	ctx := ctxT(t, 60*time.Second)
+	ready := filepath.Join(t.TempDir(), "ready")
 	p, err := c.Start(ctx, agentproto.ExecRequest{
-		Argv: sh(`trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done`),
+		Argv: sh(`trap 'echo got-term; exit 7' TERM; echo ready; touch "$1"; while :; do sleep 0.05; done`, ready),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +51,8 @@ func TestBackgroundLifecycle(t *testing.T) {
 		t.Fatalf("Processes = %+v, %v", list, err)
 	}
 
-	// Attach from now on.
+	// Attach from now on: after "ready".
+	waitFor(t, "ready", func() bool { _, err := os.Stat(ready); return err == nil })
 	var (
 		attached bytes.Buffer
 		amu      sync.Mutex

@@ -258,6 +258,7 @@ func TestHostileWrongDirection(t *testing.T) {
 
 func TestHostileEventFlood(t *testing.T) {
 	c, fa := newHostile(t)
+	// The consumer stalls on the first event, so the others queue up.
 	release := make(chan struct{})
 	errc := call(func() error {
 		_, err := c.Exec(context.Background(), ExecRequest{Argv: []string{"x"}}, Output{Started: func(int) { <-release }})
@@ -268,6 +269,11 @@ func TestHostileEventFlood(t *testing.T) {
 		if fa.write(Frame{Type: FrameEvent, Stream: fr.Stream, Payload: []byte(`{"pid":1}`)}) != nil {
 			break
 		}
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client queued events without bound")
 	}
 	close(release)
 	wantBroken(t, c, wait(t, errc, 5*time.Second))
