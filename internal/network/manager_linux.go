@@ -27,6 +27,8 @@ type Manager struct {
 	log       *slog.Logger
 	host      *os.File        // the node's network namespace
 	nl        *netlink.Handle // rtnetlink in the node's namespace
+	conf4     *os.Root        // /proc/sys/net/ipv4/conf of the node
+	conf6     *os.Root        // /proc/sys/net/ipv6/conf of the node; nil without IPv6
 	fw        *firewall
 	zones     zones
 	layout    layout
@@ -103,6 +105,15 @@ func New(ctx context.Context, opt Options) (*Manager, error) {
 		return nil, fmt.Errorf("opening rtnetlink: %w", err)
 	}
 	cu.Add(m.nl.Close)
+	if m.conf4, m.conf6, err = openSysctlDirs(); err != nil {
+		return nil, err
+	}
+	cu.Add(func() {
+		m.conf4.Close()
+		if m.conf6 != nil {
+			m.conf6.Close()
+		}
+	})
 	if err := m.probeHost(); err != nil {
 		return nil, err
 	}
@@ -157,7 +168,9 @@ func (m *Manager) Acquire(ctx context.Context, id string, p Policy) (*Endpoint, 
 	m.ops.Add(1)
 	m.mu.Unlock()
 	defer m.ops.Done()
-	m.kick()
+	// Refill once this call is done, not while it runs: on few cores a
+	// concurrent build slows it down several times.
+	defer m.kick()
 
 	var cu cleanup.Stack
 	defer cu.Clean()
@@ -349,6 +362,10 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	errs = append(errs, m.fw.close())
 	m.nl.Close()
+	m.conf4.Close()
+	if m.conf6 != nil {
+		m.conf6.Close()
+	}
 	errs = append(errs, m.host.Close())
 	return errors.Join(errs...)
 }

@@ -13,17 +13,19 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	mdnetlink "github.com/mdlayher/netlink"
+
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // Kernel constants nftables expressions need (linux/netfilter*.h); the
 // nftables package does not export them and x/sys/unix is internal/sys's.
 const (
-	nfprotoIPv4          = 2 // NFPROTO_IPV4
-	ctDirReply           = 1 // IP_CT_DIR_REPLY
-	rejectTCPRST         = 1 // NFT_REJECT_TCP_RST
-	rejectICMPX          = 2 // NFT_REJECT_ICMPX_UNREACH
-	icmpxAdminProhibited = 3 // NFT_REJECT_ICMPX_ADMIN_PROHIBITED
-	ipprotoICMP          = 1
+	nfprotoIPv4          = 2      // NFPROTO_IPV4
+	ctDirReply           = 1      // IP_CT_DIR_REPLY
+	rejectTCPRST         = 1      // NFT_REJECT_TCP_RST
+	rejectICMPX          = 2      // NFT_REJECT_ICMPX_UNREACH
+	icmpxAdminProhibited = 3      // NFT_REJECT_ICMPX_ADMIN_PROHIBITED
 	ipsDstNAT            = 1 << 5 // IPS_DST_NAT
 	icmpDestUnreach      = 3
 	icmpTimeExceeded     = 11
@@ -35,14 +37,20 @@ const (
 
 // Set names of the table. The layout is described in RATIONALE.md.
 const (
-	setSpoof    = "spoof"     // ifname . ipv4: each sandbox veth and the only source it may use
-	setNever    = "never"     // ipv4 intervals no sandbox reaches
-	setPrivate  = "private"   // ipv4 intervals reached only through allow rules
-	setOpen     = "open"      // sandbox addresses in ModeOpen
-	setAllowAny = "allow_any" // saddr . daddr-range: allow rules of any protocol
-	setAllowL4  = "allow_l4"  // saddr . daddr-range . proto . port-range
-	setInbound  = "inbound"   // daddr . proto . port the node may connect to
-	setUplinks  = "uplinks"   // ifname: interfaces egress is masqueraded out of
+	setSpoof     = "spoof"      // ifname . ipv4: each sandbox veth and the only source it may use
+	setNever     = "never"      // ipv4 intervals no sandbox reaches
+	setPrivate   = "private"    // ipv4 intervals reached only through allow rules
+	setOpen      = "open"       // sandbox addresses in ModeOpen
+	setAllowHost = "allow_host" // saddr . daddr: one address, any protocol
+	setAllowPort = "allow_port" // saddr . daddr . proto . port: one address and port
+	// Ranges go to concatenated range sets (pipapo), whose updates cost
+	// time linear in the set's size: they are sharded by the sandbox
+	// address's low bits, allow_any_NN and allow_l4_NN.
+	setAllowAny = "allow_any_" // saddr . daddr-range: any protocol
+	setAllowL4  = "allow_l4_"  // saddr . daddr-range . proto . port-range
+	setShards   = "shards"     // saddr & (rangeShards-1) : jump range_NN
+	setInbound  = "inbound"    // daddr . proto . port the node may connect to
+	setUplinks  = "uplinks"    // ifname: interfaces egress is masqueraded out of
 )
 
 // elem is one set element; end is set for concatenated range sets.
@@ -70,7 +78,13 @@ type firewall struct {
 }
 
 func newFirewall(name string) (*firewall, error) {
-	conn, err := nftables.New(nftables.AsLasting())
+	conn, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(func(c *mdnetlink.Conn) error {
+		rc, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		return sys.ForceSocketBuffers(rc, sockBuffer)
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("opening nftables: %w", err)
 	}
@@ -111,38 +125,107 @@ func (f *firewall) install(l layout, elems []elem) error {
 
 	t := f.table
 	ifname, ipv4 := nftables.TypeIFName, nftables.TypeIPAddr
+	l4Key := nftables.MustConcatSetType(ipv4, ipv4, nftables.TypeInetProto, nftables.TypeInetService)
 	sets := map[string]*nftables.Set{
-		setSpoof:    {Table: t, Name: setSpoof, KeyType: nftables.MustConcatSetType(ifname, ipv4), Concatenation: true},
-		setNever:    {Table: t, Name: setNever, KeyType: ipv4, Interval: true},
-		setPrivate:  {Table: t, Name: setPrivate, KeyType: ipv4, Interval: true},
-		setOpen:     {Table: t, Name: setOpen, KeyType: ipv4},
-		setAllowAny: {Table: t, Name: setAllowAny, KeyType: nftables.MustConcatSetType(ipv4, ipv4), Interval: true, Concatenation: true},
-		setAllowL4: {Table: t, Name: setAllowL4, KeyType: nftables.MustConcatSetType(ipv4, ipv4, nftables.TypeInetProto, nftables.TypeInetService),
-			Interval: true, Concatenation: true},
-		setInbound: {Table: t, Name: setInbound, KeyType: nftables.MustConcatSetType(ipv4, nftables.TypeInetProto, nftables.TypeInetService), Concatenation: true},
+		setSpoof:     {Table: t, Name: setSpoof, KeyType: nftables.MustConcatSetType(ifname, ipv4), Concatenation: true},
+		setNever:     {Table: t, Name: setNever, KeyType: ipv4, Interval: true},
+		setPrivate:   {Table: t, Name: setPrivate, KeyType: ipv4, Interval: true},
+		setOpen:      {Table: t, Name: setOpen, KeyType: ipv4},
+		setAllowHost: {Table: t, Name: setAllowHost, KeyType: nftables.MustConcatSetType(ipv4, ipv4), Concatenation: true},
+		setAllowPort: {Table: t, Name: setAllowPort, KeyType: l4Key, Concatenation: true},
+		setShards:    {Table: t, Name: setShards, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict, IsMap: true, Constant: true},
+		setInbound:   {Table: t, Name: setInbound, KeyType: nftables.MustConcatSetType(ipv4, nftables.TypeInetProto, nftables.TypeInetService), Concatenation: true},
 		// Host byte order is what nft(8) records for ifname sets; it only
 		// matters to how `nft list` prints the elements.
 		setUplinks: {Table: t, Name: setUplinks, KeyType: ifname, KeyByteOrder: binaryutil.NativeEndian},
 	}
-	initial := map[string][]nftables.SetElement{
+	static := map[string][]nftables.SetElement{
 		setNever:   intervalElems(l.never),
 		setPrivate: intervalElems(l.privat),
 	}
-	for _, u := range l.uplinks {
-		initial[setUplinks] = append(initial[setUplinks], nftables.SetElement{Key: ifnameKey(u)})
+	for i := range rangeShards {
+		any, l4 := shardName(setAllowAny, i), shardName(setAllowL4, i)
+		sets[any] = &nftables.Set{Table: t, Name: any, KeyType: nftables.MustConcatSetType(ipv4, ipv4), Interval: true, Concatenation: true}
+		sets[l4] = &nftables.Set{Table: t, Name: l4, KeyType: l4Key, Interval: true, Concatenation: true}
+		static[setShards] = append(static[setShards], nftables.SetElement{Key: be32(uint32(i)),
+			VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: shardName("range_", i)}})
 	}
-	for _, e := range elems {
-		initial[e.set] = append(initial[e.set], nftables.SetElement{Key: e.key, KeyEnd: e.end})
+	for _, u := range l.uplinks {
+		static[setUplinks] = append(static[setUplinks], nftables.SetElement{Key: ifnameKey(u)})
 	}
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
-		if err := c.AddSet(sets[name], initial[name]); err != nil {
+		if name == setShards {
+			continue
+		}
+		if err := c.AddSet(sets[name], static[name]); err != nil {
 			return fmt.Errorf("adding set %s: %w", name, err)
 		}
 	}
 	f.sets = sets
+	for i := range rangeShards { // the chains the shards map jumps to
+		c.AddChain(&nftables.Chain{Name: shardName("range_", i), Table: t})
+	}
+	if err := c.AddSet(sets[setShards], static[setShards]); err != nil {
+		return fmt.Errorf("adding set %s: %w", setShards, err)
+	}
 	f.addChainsLocked(l)
+	// The sandboxes' elements go in the same transaction unless there are
+	// very many: then the rest follow in more (whose sandboxes see their
+	// traffic refused for those milliseconds: failing closed).
+	first, rest := elems[:min(len(elems), batchElems)], elems[min(len(elems), batchElems):]
+	if err := f.queueLocked(first, false); err != nil {
+		return err
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("installing table inet %s: %w", t.Name, err)
+	}
+	for len(rest) > 0 {
+		n := min(len(rest), batchElems)
+		if err := f.queueLocked(rest[:n], false); err != nil {
+			return err
+		}
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("installing table inet %s: %w", t.Name, err)
+		}
+		rest = rest[n:]
+	}
+	return nil
+}
+
+// rangeShards is how many shards the range sets have (a power of two).
+const rangeShards = 64
+
+func shard(a netip.Addr) int { return int(u32(a) & (rangeShards - 1)) }
+
+func shardName(prefix string, i int) string { return fmt.Sprintf("%s%02d", prefix, i) }
+
+// Limits of one netlink message and one transaction: a message's element
+// list is an attribute, whose length is 16 bits; a transaction is one
+// sendmsg, which must fit the socket buffer (sockBuffer).
+const (
+	msgElems   = 256
+	batchElems = 50_000
+	sockBuffer = 32 << 20
+)
+
+// queueLocked adds messages adding (or deleting) es to the pending batch.
+// Preconditions: f.mu must be held.
+func (f *firewall) queueLocked(es []elem, del bool) error {
+	for _, set := range slices.Sorted(maps.Keys(groupElems(es))) {
+		all := groupElems(es)[set]
+		for len(all) > 0 {
+			n := min(len(all), msgElems)
+			var err error
+			if del {
+				err = f.conn.SetDeleteElements(f.sets[set], all[:n])
+			} else {
+				err = f.conn.SetAddElements(f.sets[set], all[:n])
+			}
+			if err != nil {
+				return fmt.Errorf("set %s: %w", set, err)
+			}
+			all = all[n:]
+		}
 	}
 	return nil
 }
@@ -169,15 +252,11 @@ func (f *firewall) apply(add, del []elem) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for set, es := range groupElems(del) {
-		if err := f.conn.SetDeleteElements(f.sets[set], es); err != nil {
-			return err
-		}
+	if err := f.queueLocked(del, true); err != nil {
+		return err
 	}
-	for set, es := range groupElems(add) {
-		if err := f.conn.SetAddElements(f.sets[set], es); err != nil {
-			return err
-		}
+	if err := f.queueLocked(add, false); err != nil {
+		return err
 	}
 	if err := f.conn.Flush(); err != nil {
 		return fmt.Errorf("updating table inet %s: %w", f.table.Name, err)
@@ -223,12 +302,21 @@ func policyElems(addr netip.Addr, c *compiled) []elem {
 		out = append(out, openElem(addr))
 	}
 	for _, r := range c.any {
-		out = append(out, elem{set: setAllowAny,
+		if r.first == r.last {
+			out = append(out, elem{set: setAllowHost, key: cat(src, be32(r.first))})
+			continue
+		}
+		out = append(out, elem{set: shardName(setAllowAny, shard(addr)),
 			key: cat(src, be32(r.first)),
 			end: cat(src, be32(r.last))})
 	}
 	for _, r := range c.l4 {
-		out = append(out, elem{set: setAllowL4,
+		if r.addr.first == r.addr.last && r.ports.First == r.ports.Last {
+			out = append(out, elem{set: setAllowPort,
+				key: cat(src, be32(r.addr.first), []byte{r.proto, 0, 0, 0}, port32(r.ports.First))})
+			continue
+		}
+		out = append(out, elem{set: shardName(setAllowL4, shard(addr)),
 			key: cat(src, be32(r.addr.first), []byte{r.proto, 0, 0, 0}, port32(r.ports.First)),
 			end: cat(src, be32(r.addr.last), []byte{r.proto, 0, 0, 0}, port32(r.ports.Last))})
 	}
@@ -295,11 +383,16 @@ func cat(parts ...[]byte) []byte { return slices.Concat(parts...) }
 //	  meta nfproto != ipv4 drop
 //	  ct direction reply accept
 //	  ip daddr @never goto deny
-//	  ip saddr . ip daddr @allow_any accept
-//	  ip saddr . ip daddr . meta l4proto . th dport @allow_l4 accept
+//	  ip saddr . ip daddr @allow_host accept
+//	  ip saddr . ip daddr . meta l4proto . th dport @allow_port accept
+//	  ip saddr & 0.0.0.63 vmap @shards              (jump range_NN)
+//	  ...
 //	  ip daddr @private goto deny
 //	  ip saddr @open accept
 //	  goto deny }
+//	chain range_NN {                                  (NN = saddr & 63)
+//	  ip saddr . ip daddr @allow_any_NN accept
+//	  ip saddr . ip daddr . meta l4proto . th dport @allow_l4_NN accept }
 //	chain ingress {
 //	  meta nfproto != ipv4 drop
 //	  ct state established,related accept
@@ -373,8 +466,16 @@ func (f *firewall) addChainsLocked(l layout) {
 	rule(egress, []expr.Any{&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{ctDirReply}}, accept()})
 	rule(egress, []expr.Any{daddr(reg1), lookup(setNever, false), to(expr.VerdictGoto, "deny")})
-	rule(egress, []expr.Any{saddr(r32 + 0), daddr(r32 + 1), lookup(setAllowAny, false), accept()})
-	rule(egress, []expr.Any{saddr(r32 + 0), daddr(r32 + 1), l4proto(r32 + 2), dport(r32 + 3), lookup(setAllowL4, false), accept()})
+	rule(egress, []expr.Any{saddr(r32 + 0), daddr(r32 + 1), lookup(setAllowHost, false), accept()})
+	rule(egress, []expr.Any{saddr(r32 + 0), daddr(r32 + 1), l4proto(r32 + 2), dport(r32 + 3), lookup(setAllowPort, false), accept()})
+	rule(egress, []expr.Any{saddr(reg1),
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: be32(rangeShards - 1), Xor: be32(0)},
+		&expr.Lookup{SourceRegister: reg1, SetName: setShards, SetID: f.sets[setShards].ID, IsDestRegSet: true, DestRegister: 0}})
+	for i := range rangeShards {
+		ch := &nftables.Chain{Name: shardName("range_", i), Table: t}
+		rule(ch, []expr.Any{saddr(r32 + 0), daddr(r32 + 1), lookup(shardName(setAllowAny, i), false), accept()})
+		rule(ch, []expr.Any{saddr(r32 + 0), daddr(r32 + 1), l4proto(r32 + 2), dport(r32 + 3), lookup(shardName(setAllowL4, i), false), accept()})
+	}
 	rule(egress, []expr.Any{daddr(reg1), lookup(setPrivate, false), to(expr.VerdictGoto, "deny")})
 	rule(egress, []expr.Any{saddr(reg1), lookup(setOpen, false), accept()})
 	rule(egress, []expr.Any{to(expr.VerdictGoto, "deny")})

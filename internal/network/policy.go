@@ -12,8 +12,9 @@ import (
 
 // IP protocol numbers used in set keys.
 const (
-	ipprotoTCP = 6
-	ipprotoUDP = 17
+	ipprotoICMP = 1
+	ipprotoTCP  = 6
+	ipprotoUDP  = 17
 )
 
 // addrRange is an inclusive range of IPv4 addresses.

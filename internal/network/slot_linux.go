@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -31,12 +33,14 @@ func EnterNetns(path string, fn func() error) error {
 	return sys.InNetns(ns, fn)
 }
 
-// Sysctls of every sandbox namespace (see the package documentation).
-var nsSysctls = [][2]string{
-	{"net/ipv6/conf/all/disable_ipv6", "1"},
-	{"net/ipv6/conf/default/disable_ipv6", "1"},
-	{"net/ipv4/ip_unprivileged_port_start", "0"},
-	{"net/ipv4/ping_group_range", "0 2147483647"},
+// Sysctls of every sandbox namespace (see the package documentation),
+// by directory.
+var nsSysctls = []struct {
+	dir    string
+	values [][2]string
+}{
+	{"/proc/sys/net/ipv6/conf", [][2]string{{"all/disable_ipv6", "1"}, {"default/disable_ipv6", "1"}}},
+	{"/proc/sys/net/ipv4", [][2]string{{"ip_unprivileged_port_start", "0"}, {"ping_group_range", "0 2147483647"}}},
 }
 
 // build makes a slot: a namespace, its veth pair, addresses, routes,
@@ -95,10 +99,21 @@ func (m *Manager) setup(s *slot) error {
 // creates the veth pair with its host end directly in the node's
 // namespace (moving a link between namespaces costs ~35 ms of RCU waits).
 func (m *Manager) setupInside(s *slot) error {
-	for _, kv := range nsSysctls {
-		if err := sysctl(kv[0], kv[1]); err != nil {
+	for _, d := range nsSysctls {
+		dir, err := os.OpenRoot(d.dir)
+		if errors.Is(err, fs.ErrNotExist) && strings.Contains(d.dir, "ipv6") {
+			continue
+		}
+		if err != nil {
 			return err
 		}
+		for _, kv := range d.values {
+			if err := sysctlAt(dir, kv[0], kv[1]); err != nil {
+				dir.Close()
+				return err
+			}
+		}
+		dir.Close()
 	}
 	h, err := netlink.NewHandle(sys.NetlinkRoute)
 	if err != nil {
@@ -136,10 +151,12 @@ func (m *Manager) setupHost(s *slot) error {
 	if err != nil {
 		return fmt.Errorf("host veth %s: %w", s.hostIf, err)
 	}
-	if err := sysctl("net/ipv6/conf/"+s.hostIf+"/disable_ipv6", "1"); err != nil {
-		return err
+	if m.conf6 != nil {
+		if err := sysctlAt(m.conf6, s.hostIf+"/disable_ipv6", "1"); err != nil {
+			return err
+		}
 	}
-	if err := sysctl("net/ipv4/conf/"+s.hostIf+"/forwarding", "1"); err != nil {
+	if err := sysctlAt(m.conf4, s.hostIf+"/forwarding", "1"); err != nil {
 		return err
 	}
 	if err := m.nl.LinkSetUp(link); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -182,6 +183,25 @@ func EnsureNetnsDir(dir string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("making %s a shared mount: %w", dir, err)
+	}
+	return nil
+}
+
+// ForceSocketBuffers sets a socket's send and receive buffers to n bytes
+// even above net.core.{w,r}mem_max (SO_SNDBUFFORCE, SO_RCVBUFFORCE; needs
+// CAP_NET_ADMIN): a netlink batch must fit the send buffer in one piece.
+func ForceSocketBuffers(rc syscall.RawConn, n int) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n); serr == nil {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("setting socket buffers to %d bytes: %w", n, err)
 	}
 	return nil
 }

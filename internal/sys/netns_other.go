@@ -5,6 +5,7 @@ package sys
 import (
 	"fmt"
 	"os"
+	"syscall"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -29,3 +30,5 @@ func UnbindNetns(string) error { return nil }
 func IsNetnsMount(string) bool { return false }
 
 func EnsureNetnsDir(string) error { return errdefs.ErrNotSupported }
+
+func ForceSocketBuffers(syscall.RawConn, int) error { return errdefs.ErrNotSupported }
