@@ -55,6 +55,39 @@ type CreateSandboxRequest struct {
 	// Layers names the image's layers inline instead of Image: bottom
 	// first, each by name:version or ID.
 	Layers []ImageLayer `json:"layers,omitempty"`
+	// Network is what the sandbox may reach (container and VM tiers; the
+	// function tier has no network). Default: nothing at all.
+	Network *NetworkPolicy `json:"network,omitempty"`
+}
+
+// Egress modes of a NetworkPolicy.
+const (
+	EgressNone      = "none"
+	EgressAllowlist = "allowlist"
+	EgressOpen      = "open"
+)
+
+// NetworkPolicy is a sandbox's network policy. Whatever it says, a
+// sandbox never reaches the node, the control plane, other sandboxes or
+// link-local and metadata addresses; private and CGNAT ranges only when
+// an Allow rule names them.
+type NetworkPolicy struct {
+	// Egress is "none" (the default), "allowlist" (only Allow) or "open"
+	// (the public internet, plus Allow).
+	Egress string `json:"egress,omitempty"`
+	// Allow lists destinations.
+	Allow []NetworkRule `json:"allow,omitempty"`
+}
+
+// NetworkRule allows one destination: a CIDR or a DNS name (resolved by
+// the node when the policy is set), optionally one protocol and ports.
+type NetworkRule struct {
+	CIDR string `json:"cidr,omitempty"`
+	Host string `json:"host,omitempty"`
+	// Proto is "tcp" or "udp"; empty means any protocol.
+	Proto string `json:"proto,omitempty"`
+	// Ports is "443" or "8000-8100"; empty means all. It needs Proto.
+	Ports string `json:"ports,omitempty"`
 }
 
 // Sandbox describes a sandbox.
@@ -70,6 +103,7 @@ type Sandbox struct {
 	DiskMB    int               `json:"disk_mb"`
 	TimeoutS  int               `json:"timeout_s"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	Network   *NetworkPolicy    `json:"network,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	ExpiresAt time.Time         `json:"expires_at"`
 	EndedAt   *time.Time        `json:"ended_at,omitempty"`

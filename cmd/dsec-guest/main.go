@@ -17,5 +17,8 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" { // hidden: tests and benchmarks
 		os.Exit(serve(os.Args[2:], os.Stderr))
 	}
+	if len(os.Args) == 2 && os.Args[1] == "sandbox" { // hidden: the container runtime only
+		os.Exit(sandboxMain(os.Stderr))
+	}
 	os.Exit(guest.Main(context.Background(), version, os.Args[1:], os.Stdout, os.Stderr))
 }

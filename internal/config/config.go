@@ -28,11 +28,13 @@ type Config struct {
 	LogLevel      string `toml:"log_level"`
 	LogFormat     string `toml:"log_format"` // "text" or "json"
 
-	API    API    `toml:"api"`
-	NATS   NATS   `toml:"nats"`
-	Node   Node   `toml:"node"`
-	Images Images `toml:"images"`
-	Limits Limits `toml:"limits"`
+	API  API  `toml:"api"`
+	NATS NATS `toml:"nats"`
+	Node Node `toml:"node"`
+	// Container configures the container tier.
+	Container Container `toml:"container"`
+	Images    Images    `toml:"images"`
+	Limits    Limits    `toml:"limits"`
 }
 
 // Images configures where layers live and the built-in images.
@@ -83,6 +85,30 @@ type Node struct {
 	// FunctionPoolSize is the number of pre-instantiated modules kept per
 	// WebAssembly module.
 	FunctionPoolSize int `toml:"function_pool_size"`
+}
+
+// Container configures the container tier of a node. Two daemons on one
+// host need distinct names, cgroup parents and disjoint ranges.
+type Container struct {
+	// Disabled turns the tier off.
+	Disabled bool `toml:"disabled"`
+	// Name names the node's nftables table, netns files and host veths
+	// (default "dsec"; at most 7 letters and digits).
+	Name string `toml:"name"`
+	// NetworkRange is the IPv4 range sandbox addresses come from (default
+	// 10.88.0.0/16).
+	NetworkRange string `toml:"network_range"`
+	// NetworkPool is how many network namespaces are kept ready (32).
+	NetworkPool int `toml:"network_pool"`
+	// Uplinks are the interfaces allowed egress leaves by (default: those
+	// of the default routes).
+	Uplinks []string `toml:"uplinks"`
+	// CgroupParent is the cgroup every sandbox's group is made under
+	// (default "dsec").
+	CgroupParent string `toml:"cgroup_parent"`
+	// IDBase is the host uid and gid a sandbox's root maps to; sandboxes
+	// own the 65536 ids from there (default 1000000).
+	IDBase int `toml:"id_base"`
 }
 
 // Limits are the control plane's defaults and bounds (see

@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/scheduler"
@@ -53,6 +54,9 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) error {
 		if req.Image == "" {
 			return errdefs.New(errdefs.Invalid, "image_required", "the %s tier has no default image: name one", req.Tier)
 		}
+	}
+	if err := validateNetwork(req); err != nil {
+		return err
 	}
 	if req.CPU < 0 || req.CPU > l.MaxCPU {
 		return errdefs.New(errdefs.Invalid, "out_of_range", "cpu must be between 0 and %g", l.MaxCPU)
@@ -173,7 +177,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 		Sandbox: api.Sandbox{
 			ID: newID(), Tier: req.Tier, Image: imgName, ImageID: img.ID, State: api.StatePending, Node: node,
 			CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, TimeoutS: req.TimeoutS,
-			Labels: maps.Clone(req.Labels), CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second),
+			Labels: maps.Clone(req.Labels), Network: req.Network, CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second),
 		},
 		StateSince: now,
 		Owner:      owner, Env: maps.Clone(req.Env), ImageSource: img.Source(), Layers: layerIDs,
@@ -193,7 +197,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 	defer cancel()
 	err = m.nodes.Create(cctx, node, noderpc.CreateRequest{
 		ID: rec.ID, Tier: rec.Tier, CPU: rec.CPU, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB, Env: rec.Env,
-		Image: ref,
+		Image: ref, Network: rec.Network,
 	})
 	if err != nil {
 		m.fail(cctx, rec.ID, "create failed: "+errdefs.MessageOf(err))
@@ -226,4 +230,17 @@ func (m *Manager) createInFlight(id string) bool {
 	defer m.inflightMu.Unlock()
 	_, ok := m.creates[id]
 	return ok
+}
+
+// validateNetwork checks a request's network policy: its syntax, and that
+// the tier has a network if it asks for egress.
+func validateNetwork(req *api.CreateSandboxRequest) error {
+	p, err := network.FromAPI(req.Network)
+	if err != nil {
+		return err
+	}
+	if p.Mode != network.ModeNone && req.Tier == api.TierFunction {
+		return errdefs.New(errdefs.Unsupported, "tier_has_no_network", "the function tier has no network: egress %q needs the container tier or a VM tier", req.Network.Egress)
+	}
+	return nil
 }

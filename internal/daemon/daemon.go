@@ -224,8 +224,14 @@ func (d *daemon) roleName() string {
 }
 
 func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobstore.Store) error {
+	idmap, closeIDMap, err := d.idMap()
+	if err != nil {
+		return err
+	}
+	cu.Add(closeIDMap)
 	layers, err := layercache.New(ctx, layercache.Options{
 		Dir: filepath.Join(d.cfg.DataDir, "layers"), Store: blobs, Budget: d.cfg.Images.LayerCacheBytes, Logger: d.log,
+		IDMap: idmap,
 	})
 	if err != nil {
 		return err
@@ -242,7 +248,7 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 			d.log.Warn("closing the layer cache", "err", err)
 		}
 	})
-	reg, closeRuntimes, err := d.runtimes(ctx)
+	reg, closeRuntimes, err := d.runtimes(ctx, layers)
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,9 @@ func startUp(t *testing.T, dir string, adjust func(*config.Config)) *up {
 	// slow debian-12 has tests of its own.
 	cfg.Images.BuiltinCache = builtinCache
 	cfg.Images.SkipSlow = true
+	// The container tier is on only in the tests that use it
+	// (withContainers): it keeps a pool of network namespaces.
+	cfg.Container.Disabled = true
 	if adjust != nil {
 		adjust(&cfg)
 	}

@@ -2,16 +2,40 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
 	"path/filepath"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/cgroups"
+	"github.com/dsec-dev/dsec/internal/cleanup"
+	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/function"
+	"github.com/dsec-dev/dsec/internal/layercache"
+	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/seccomp"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
+// idCount is how many ids a container sandbox's user namespace maps.
+const idCount = 65536
+
 // runtimes builds the tier runtimes this node offers.
-func (d *daemon) runtimes(ctx context.Context) (*sandbox.Registry, func(), error) {
+func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandbox.Registry, func(), error) {
+	var cu cleanup.Stack
+	defer cu.Clean()
 	reg := sandbox.NewRegistry()
+	closeAll := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, rt := range reg.All() {
+			if err := rt.Close(ctx); err != nil {
+				d.log.Warn("closing runtime", "tier", rt.Tier(), "err", err)
+			}
+		}
+	}
+	cu.Add(closeAll)
 	fn, err := function.New(ctx, function.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "function"),
 		CacheDir: filepath.Join(d.cfg.DataDir, "cache", "wasm"),
@@ -24,14 +48,85 @@ func (d *daemon) runtimes(ctx context.Context) (*sandbox.Registry, func(), error
 	if err := reg.Register(fn); err != nil {
 		return nil, nil, err
 	}
-	closeAll := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, rt := range reg.All() {
-			if err := rt.Close(ctx); err != nil {
-				d.log.Warn("closing runtime", "tier", rt.Tier(), "err", err)
-			}
+	if !d.cfg.Container.Disabled {
+		ct, closeDeps, err := d.containerRuntime(ctx, layers)
+		if err != nil {
+			return nil, nil, fmt.Errorf("container tier (set [container] disabled = true to run without it): %w", err)
+		}
+		// Runtimes close before their network and cgroup managers.
+		cu.Add(closeDeps)
+		if err := reg.Register(ct); err != nil {
+			return nil, nil, err
+		}
+		closeRuntimes := closeAll
+		closeAll = func() { closeRuntimes(); closeDeps() }
+	}
+	cu.Release()
+	return reg, closeAll, nil
+}
+
+// containerRuntime makes the container tier and the network and cgroup
+// managers it needs; the function returned closes those managers.
+func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache) (*container.Runtime, func(), error) {
+	c := d.cfg.Container
+	var cu cleanup.Stack
+	defer cu.Clean()
+	cg, err := cgroups.New(ctx, cgroups.Options{Parent: c.CgroupParent, Logger: d.log.With("part", "cgroups")})
+	if err != nil {
+		return nil, nil, err
+	}
+	nopt := network.Options{Name: c.Name, PoolSize: c.NetworkPool, HostIfaces: c.Uplinks, Logger: d.log.With("part", "network")}
+	if c.NetworkRange != "" {
+		if nopt.Range, err = netip.ParsePrefix(c.NetworkRange); err != nil {
+			return nil, nil, fmt.Errorf("[container] network_range: %w", err)
 		}
 	}
-	return reg, closeAll, nil
+	nets, err := network.New(ctx, nopt)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeNets := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Live sandboxes keep their networks (re-adopted next start).
+		if err := nets.Close(ctx); err != nil {
+			d.log.Warn("closing the network manager", "err", err)
+		}
+	}
+	cu.Add(closeNets)
+	ct, err := container.New(ctx, container.Options{
+		StateDir: filepath.Join(d.cfg.DataDir, "node", "container"),
+		DataDir:  d.cfg.DataDir, Reach: []string{filepath.Join(d.cfg.DataDir, "layers")},
+		Layers: layers, Network: nets, Cgroups: cg,
+		Seccomp: func(caps []string) ([]byte, error) { return seccomp.Program(seccomp.Options{Caps: caps}) },
+		Logger:  d.log.With("tier", container.Tier),
+		HostUID: d.idBase(), HostGID: d.idBase(), IDCount: idCount,
+		Version: d.build.Version,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	cu.Release()
+	return ct, closeNets, nil
+}
+
+func (d *daemon) idBase() int {
+	if d.cfg.Container.IDBase > 0 {
+		return d.cfg.Container.IDBase
+	}
+	return container.DefaultIDBase
+}
+
+// idMap is the layer cache's id mapping for container roots (nil with the
+// tier off), and a function that releases it.
+func (d *daemon) idMap() (*layercache.IDMap, func(), error) {
+	if d.cfg.Container.Disabled {
+		return nil, func() {}, nil
+	}
+	fd, err := sys.NewUserns(d.idBase(), d.idBase(), idCount)
+	if err != nil {
+		return nil, nil, fmt.Errorf("container tier (set [container] disabled = true to run without it): %w", err)
+	}
+	return &layercache.IDMap{UsernsFd: fd, HostUID: d.idBase(), HostGID: d.idBase()},
+		func() { _ = sys.CloseFd(fd) }, nil
 }

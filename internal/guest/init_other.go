@@ -5,6 +5,8 @@ package guest
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -12,4 +14,9 @@ import (
 // Init is Linux-only.
 func Init(ctx context.Context, argv []string) (int, error) {
 	return ExitCannot, fmt.Errorf("dsec-guest init: %w", errdefs.ErrNotSupported)
+}
+
+// SetupSandbox is Linux-only.
+func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
+	return nil, SandboxConfig{}, fmt.Errorf("dsec-guest sandbox: %w", errdefs.ErrNotSupported)
 }

@@ -12,13 +12,13 @@ import (
 	"syscall"
 )
 
-// setupSandbox turns this process, just cloned by the node into new user,
+// SetupSandbox turns this process, just cloned by the node into new user,
 // mount, pid, uts, ipc and cgroup namespaces (and joined to the sandbox's
 // network namespace), into the sandbox's PID 1: it builds the root file
 // system view, pivots into it, sheds every privilege commands must not
 // have and returns the agent's listener. Nothing from the sandbox has run
 // yet: this is trusted code from the read-only toolkit layer.
-func setupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
+func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 	var cfg SandboxConfig
 	b, err := io.ReadAll(io.LimitReader(cfgFile, 16<<20))
 	cfgFile.Close()
@@ -33,6 +33,9 @@ func setupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		what string
 		fn   func() error
 	}{
+		// The node has placed us in our cgroups by now (we read the config
+		// only after): a new cgroup namespace roots our view there.
+		{"entering a cgroup namespace", func() error { return syscall.Unshare(syscall.CLONE_NEWCGROUP) }},
 		// Nothing we mount propagates back to the host.
 		{"making mounts private", func() error { return syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") }},
 		{"setting the hostname", func() error { return syscall.Sethostname([]byte(cfg.Hostname)) }},
@@ -59,13 +62,6 @@ func setupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 	if err := pivot(root); err != nil {
 		ln.Close()
 		return nil, cfg, fmt.Errorf("pivoting into the root: %w", err)
-	}
-	if cfg.Nofile > 0 {
-		lim := syscall.Rlimit{Cur: cfg.Nofile, Max: cfg.Nofile}
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			ln.Close()
-			return nil, cfg, fmt.Errorf("limiting open files: %w", err)
-		}
 	}
 	if err := dropBounding(cfg.KeepCaps); err != nil {
 		ln.Close()
@@ -102,6 +98,7 @@ func bindFile(root, rel, src string, flags uintptr) error {
 	if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding %s: %w", src, err)
 	}
+	flags |= syscall.MS_NOSUID | syscall.MS_NOEXEC
 	if flags != 0 {
 		return syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|flags, "")
 	}
@@ -241,9 +238,10 @@ const (
 	capLastCap    = 40
 )
 
-// dropBounding empties the capability bounding set but for keep. This
-// process keeps the capabilities it holds (it needs them to manage
-// commands); what it starts gains at most keep, even as root.
+// dropBounding empties the capability bounding set but for keep, on
+// every thread. This process keeps the capabilities it holds (it needs
+// them to manage commands); what it starts gains at most keep, even as
+// root.
 func dropBounding(keep []int) error {
 	k := map[int]bool{}
 	for _, c := range keep {
@@ -259,7 +257,9 @@ func dropBounding(keep []int) error {
 		if k[c] {
 			continue
 		}
-		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e != 0 {
+		// The bounding set is per thread, and Go starts commands from any
+		// thread: drop it on all of them (needs a cgo-free build).
+		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e != 0 {
 			return fmt.Errorf("dropping capability %d: %w", c, e)
 		}
 	}

@@ -25,11 +25,13 @@ type SandboxConfig struct {
 	KeepCaps []int `json:"keep_caps"`
 	// Env is the default environment of commands.
 	Env []string `json:"env"`
-	// Nofile is RLIMIT_NOFILE for every process (0: leave).
-	Nofile uint64 `json:"nofile"`
 	// ShmBytes sizes /dev/shm.
 	ShmBytes int64 `json:"shm_bytes"`
 }
 
 // SockName is the agent socket's name in SandboxConfig.SockDir.
 const SockName = "agent.sock"
+
+// Ready is what `dsec-guest sandbox` writes on its sync pipe (fd 4) once
+// its agent listens; anything else written there is its setup error.
+const Ready = "ready"

@@ -4,6 +4,7 @@ package guest
 
 import (
 	"fmt"
+	"runtime"
 	"syscall"
 	"unsafe"
 )
@@ -18,6 +19,10 @@ const (
 // installSeccomp sets no_new_privs and installs the filter on every
 // thread of this process; children inherit both.
 func installSeccomp(prog []byte) error {
+	// no_new_privs is per thread: set it on the thread that installs the
+	// filter, whose TSYNC then gives both to every other thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
 		return fmt.Errorf("setting no_new_privs: %w", e)
 	}

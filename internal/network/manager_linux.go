@@ -25,6 +25,7 @@ import (
 type Manager struct {
 	opt       Options // normalised; read-only after New
 	log       *slog.Logger
+	lock      *os.File        // <StateDir>/<Name>.lock, flocked: one Manager per name
 	host      *os.File        // the node's network namespace
 	nl        *netlink.Handle // rtnetlink in the node's namespace
 	conf4     *os.Root        // /proc/sys/net/ipv4/conf of the node
@@ -95,6 +96,15 @@ func New(ctx context.Context, opt Options) (*Manager, error) {
 		return nil, err
 	}
 	if err := os.MkdirAll(m.stateDir(), 0o700); err != nil {
+		return nil, err
+	}
+	if m.lock, err = os.OpenFile(m.stateDir()+".lock", os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return nil, err
+	}
+	cu.Add(func() { m.lock.Close() })
+	if err := sys.TryLock(m.lock); errors.Is(err, sys.ErrLocked) {
+		return nil, errdefs.Wrap(errdefs.Conflict, "network_manager_running", err, "another network manager named %s runs on this node", opt.Name)
+	} else if err != nil {
 		return nil, err
 	}
 	if m.host, err = sys.ProcessNetns(); err != nil {
@@ -367,6 +377,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.conf6.Close()
 	}
 	errs = append(errs, m.host.Close())
+	m.lock.Close() // last: the next Manager may start now
 	return errors.Join(errs...)
 }
 

@@ -116,8 +116,9 @@ type Options struct {
 	Resolver Resolver
 
 	// Name is the instance name (default "dsec", at most 7 characters,
-	// letters and digits). Two Managers on one node need distinct names,
-	// neither a prefix of the other, and disjoint ranges.
+	// letters and digits). One Manager per name runs on a node (New
+	// returns errdefs.Conflict for a second); Managers of different names
+	// need names that are not prefixes of each other, and disjoint ranges.
 	Name string
 	// Gateway is the link-local address sandboxes route through (default
 	// 169.254.1.1).

@@ -186,6 +186,9 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s: %v (class %s), want class %s", tc.name, tc.err, errdefs.ClassOf(tc.err), tc.class)
 		}
 	}
+	if _, err := New(ctx, opt); errdefs.ClassOf(err) != errdefs.Conflict {
+		t.Errorf("a second Manager of the same name: %v, want Conflict", err)
+	}
 	must(t, m.Release(ctx, "zz")) // unknown: nothing to do
 	must(t, m.Release(ctx, "a"))
 	must(t, m.Release(ctx, "a")) // idempotent

@@ -101,6 +101,8 @@ type CreateRequest struct {
 	MemoryMB int               `json:"memory_mb"`
 	DiskMB   int               `json:"disk_mb"`
 	Env      map[string]string `json:"env,omitempty"`
+	// Network is the sandbox's network policy (nil: no egress).
+	Network *api.NetworkPolicy `json:"network,omitempty"`
 }
 
 // Target names a sandbox on a node.

@@ -75,6 +75,9 @@ type Spec struct {
 	MemoryMB int
 	DiskMB   int
 	Env      map[string]string
+	// Network is the network policy (nil: no egress); tiers without a
+	// network refuse any other.
+	Network *api.NetworkPolicy
 }
 
 // Sandbox is one live sandbox. Implementations are safe for concurrent use;

@@ -205,3 +205,19 @@ func ForceSocketBuffers(rc syscall.RawConn, n int) error {
 	}
 	return nil
 }
+
+// ErrLocked is returned by TryLock when another open file holds the lock.
+var ErrLocked = errors.New("locked by another process or handle")
+
+// TryLock takes an exclusive advisory lock (flock) on f without waiting.
+// It is released when f is closed.
+func TryLock(f *os.File) error {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return fmt.Errorf("locking %s: %w", f.Name(), ErrLocked)
+	}
+	if err != nil {
+		return fmt.Errorf("locking %s: %w", f.Name(), err)
+	}
+	return nil
+}

@@ -3,6 +3,7 @@
 package sys
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -32,3 +33,8 @@ func IsNetnsMount(string) bool { return false }
 func EnsureNetnsDir(string) error { return errdefs.ErrNotSupported }
 
 func ForceSocketBuffers(syscall.RawConn, int) error { return errdefs.ErrNotSupported }
+
+// ErrLocked is returned by TryLock when another open file holds the lock.
+var ErrLocked = errors.New("locked by another process or handle")
+
+func TryLock(*os.File) error { return errdefs.ErrNotSupported }

@@ -43,3 +43,7 @@ func CloseFd(fd int) error { return nil }
 
 func EnsureTmpfs(source, dir, options string) (bool, error) { return false, nil }
 func UnmountTmpfsIfEmpty(dir string) error                  { return nil }
+
+func SetNofile(pid int, n uint64) error {
+	return fmt.Errorf("rlimits: %w", errdefs.ErrNotSupported)
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"syscall"
+
+	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/guest"
+)
+
+// sandboxMain is `dsec-guest sandbox`, run only by the node's container
+// runtime as the first process of a new sandbox, with its config on fd 3
+// and a sync pipe on fd 4: it sets the sandbox up (guest.SetupSandbox),
+// reports "ready" or its error on the pipe and becomes the sandbox's
+// agent, PID 1, until the node kills the sandbox. Its stdout and stderr
+// are the sandbox's console log on the host: only setup failures and
+// agent warnings go there.
+func sandboxMain(stderr io.Writer) int {
+	syscall.Umask(0o022)
+	sync := os.NewFile(4, "sandbox-sync")
+	ln, cfg, err := guest.SetupSandbox(os.NewFile(3, "sandbox-config"))
+	if err != nil {
+		fmt.Fprintf(stderr, "dsec-guest sandbox: %v\n", err)
+		fmt.Fprintf(sync, "%v", err)
+		return 1
+	}
+	if _, err := sync.WriteString(guest.Ready); err != nil {
+		fmt.Fprintf(stderr, "dsec-guest sandbox: reporting ready: %v\n", err)
+		return 1
+	}
+	sync.Close()
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	err = agent.Run(context.Background(), agent.Options{
+		Listener: ln, Logger: logger, Version: version, DefaultEnv: cfg.Env,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "dsec-guest sandbox: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,323 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/cgroups"
+	"github.com/dsec-dev/dsec/internal/cleanup"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/network"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/sys"
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// Create implements sandbox.Runtime. Everything it builds is undone if a
+// later step fails.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
+	if !idPattern.MatchString(spec.ID) {
+		return nil, errdefs.New(errdefs.Invalid, "invalid_sandbox_id", "sandbox ID %q is not valid", spec.ID)
+	}
+	if len(spec.Image.Layers) == 0 {
+		return nil, errdefs.New(errdefs.Invalid, "image_needs_layers", "the container tier runs layered images, and %s has no layers", spec.Image.Name)
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, errClosed()
+	}
+	if _, dup := r.sandboxes[spec.ID]; dup {
+		r.mu.Unlock()
+		return nil, errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s exists", spec.ID)
+	}
+	r.mu.Unlock()
+
+	var cu cleanup.Stack
+	defer cu.Clean()
+	ctx, cancel := context.WithTimeout(ctx, r.opt.ReadyTimeout)
+	defer cancel()
+	dir := r.sandboxDir(spec.ID)
+	// Searchable, not listable, by the sandbox's root (see reachable).
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("creating sandbox directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
+	cu.Add(func() { _ = os.RemoveAll(dir) })
+	st := &state{Spec: spec, Created: time.Now().UTC()}
+
+	// The agent binary: from the image's toolkit layer mount, read-only.
+	guestExe, releaseGuest, err := r.findGuest(ctx, spec.Image.Layers)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseGuest()
+
+	// Writable upper: a tmpfs of the sandbox's disk size (its pages are
+	// charged to the sandbox's memory cgroup, the process that writes them).
+	upper := filepath.Join(dir, "upper")
+	if err := os.Mkdir(upper, 0o700); err != nil {
+		return nil, err
+	}
+	diskMB := spec.DiskMB
+	if diskMB <= 0 {
+		diskMB = 256
+	}
+	if err := sys.MountTmpfs("dsec-upper", upper, fmt.Sprintf("size=%dm,mode=0755,uid=%d,gid=%d", diskMB, r.opt.HostUID, r.opt.HostGID)); err != nil {
+		return nil, err
+	}
+	cu.Add(func() { _ = sys.Unmount(upper) })
+
+	rootfs, releaseRoot, err := r.opt.Layers.Root(ctx, spec.ID, spec.Image.Layers, upper)
+	if err != nil {
+		return nil, err
+	}
+	cu.Add(releaseRoot)
+	st.Rootfs = rootfs
+
+	cg, err := r.opt.Cgroups.Create(ctx, spec.ID, r.limits(spec))
+	if err != nil {
+		return nil, err
+	}
+	cu.Add(func() {
+		if err := cg.Destroy(context.Background()); err != nil {
+			r.log.Warn("removing cgroups of a failed create", "sandbox", spec.ID, "err", err)
+		}
+	})
+
+	policy, err := network.FromAPI(spec.Network)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := r.opt.Network.Acquire(ctx, spec.ID, policy)
+	if err != nil {
+		return nil, err
+	}
+	cu.Add(func() {
+		if err := r.opt.Network.Release(context.Background(), spec.ID); err != nil {
+			r.log.Warn("releasing network of a failed create", "sandbox", spec.ID, "err", err)
+		}
+	})
+	st.Netns = ep.NetnsPath
+
+	sockDir := filepath.Join(dir, "sock")
+	if err := os.Mkdir(sockDir, 0o700); err != nil {
+		return nil, err
+	}
+	// The agent (sandbox root) creates its socket here.
+	if err := os.Chown(sockDir, r.opt.HostUID, r.opt.HostGID); err != nil {
+		return nil, err
+	}
+	prog, err := r.seccomp()
+	if err != nil {
+		return nil, err
+	}
+	cfg := guest.SandboxConfig{
+		Rootfs: rootfs, SockDir: sockDir, Hostname: hostname(spec.ID),
+		Hosts:      hostsFile(spec.ID, ep),
+		ResolvConf: resolvConf(ep),
+		Seccomp:    prog,
+		Env:        defaultEnv(spec),
+	}
+	pid, wait, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg)
+	if pid != 0 {
+		cu.Add(func() {
+			_ = cg.Kill(context.Background())
+			wait()
+		})
+	}
+	if err != nil {
+		return nil, errdefs.Wrap(errdefs.Internal, "sandbox_start_failed", err, "sandbox %s did not start", spec.ID)
+	}
+	st.Pid = pid
+	client, err := dialAgent(ctx, filepath.Join(sockDir, guest.SockName), r.log)
+	if err != nil {
+		return nil, errdefs.Wrap(errdefs.Internal, "sandbox_start_failed", err, "sandbox %s did not start", spec.ID)
+	}
+	if err := st.write(dir); err != nil {
+		client.Close()
+		return nil, err
+	}
+	sb := &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, client: client, cg: cg, wait: wait, releaseRoot: releaseRoot, upper: upper}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		client.Close()
+		return nil, errClosed()
+	}
+	r.sandboxes[spec.ID] = sb
+	r.mu.Unlock()
+	cu.Release()
+	return sb, nil
+}
+
+func (r *Runtime) limits(spec sandbox.Spec) cgroups.Limits {
+	mem := int64(spec.MemoryMB) << 20
+	if mem <= 0 {
+		mem = 256 << 20
+	}
+	return cgroups.Limits{CPU: spec.CPU, MemoryBytes: mem, Pids: r.opt.Pids}
+}
+
+// seccomp returns the sandboxes' filter, compiled once.
+func (r *Runtime) seccomp() ([]byte, error) {
+	if r.opt.Seccomp == nil {
+		return nil, nil
+	}
+	r.seccompOnce.Do(func() { r.seccompProg, r.seccompErr = r.opt.Seccomp(nil) })
+	return r.seccompProg, r.seccompErr
+}
+
+// findGuest returns the agent binary's path in the topmost layer that has
+// it: a file on a read-only erofs mount, which nothing in a sandbox can
+// write (the CVE-2019-5736 class of attack has no file to overwrite).
+func (r *Runtime) findGuest(ctx context.Context, layers []layerspec.Layer) (string, func(), error) {
+	for i := len(layers) - 1; i >= 0; i-- {
+		dir, release, err := r.opt.Layers.View(ctx, layers[i:i+1])
+		if err != nil {
+			return "", nil, err
+		}
+		p := filepath.Join(dir, GuestPath)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p, release, nil
+		}
+		release()
+	}
+	return "", nil, errdefs.New(errdefs.Invalid, "image_lacks_guest",
+		"the container tier needs the agent at /%s: add the toolkit/dsec-guest layer to the image", GuestPath)
+}
+
+// start forks the sandbox's first process in its namespaces, places it in
+// its cgroups, hands it its config and waits for it to report ready. It
+// returns the process's pid (0 if none was started) and a function that
+// waits for it to exit; on error the caller kills it.
+func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig) (int, func(), error) {
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	syncR, syncW, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer syncR.Close()
+	defer syncW.Close()
+	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer console.Close()
+	cmd := exec.Command(exe, "sandbox")
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = console, console
+	cmd.ExtraFiles = []*os.File{cfgR, syncW} // fds 3 and 4; nothing else is inherited
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.opt.HostUID, Size: r.opt.IDCount}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.opt.HostGID, Size: r.opt.IDCount}},
+		GidMappingsEnableSetgroups: true,
+		// Become the namespace's root (host HostUID), with no supplementary
+		// groups: host root is not mapped in the namespace, and a process
+		// running as an unmapped uid has no capabilities there.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0},
+		// Its own session, and no parent-death signal: a sandbox outlives
+		// a restart of the node agent.
+		Setsid: true,
+	}
+	// Forked from a thread joined to the sandbox's network namespace (one
+	// the node owns: sandbox root has no CAP_NET_ADMIN over it).
+	if err := network.EnterNetns(netns, cmd.Start); err != nil {
+		return 0, nil, fmt.Errorf("starting the sandbox: %w", err)
+	}
+	cfgR.Close()
+	syncW.Close()
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	wait := func() { <-done }
+	// Under cgroup v1 the parent moves the child while it waits for its
+	// config (CLONE_INTO_CGROUP is v2 only): nothing of the sandbox runs
+	// outside its cgroups.
+	if err := cg.AddProc(pid); err != nil {
+		_ = cmd.Process.Kill()
+		return pid, wait, err
+	}
+	if err := sys.SetNofile(pid, r.opt.Nofile); err != nil {
+		_ = cmd.Process.Kill()
+		return pid, wait, err
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return pid, wait, err
+	}
+	if _, err := cfgW.Write(b); err != nil {
+		_ = cmd.Process.Kill()
+		return pid, wait, fmt.Errorf("handing the sandbox its config: %w", err)
+	}
+	cfgW.Close()
+	if err := readReady(ctx, syncR); err != nil {
+		_ = cmd.Process.Kill()
+		return pid, wait, fmt.Errorf("%w (console: %s)", err, consoleTail(dir))
+	}
+	return pid, wait, nil
+}
+
+// readReady waits for the sandbox's report on the sync pipe.
+func readReady(ctx context.Context, syncR *os.File) error {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = syncR.SetReadDeadline(dl)
+	}
+	b, err := io.ReadAll(io.LimitReader(syncR, 4096))
+	switch {
+	case string(b) == guest.Ready:
+		return nil
+	case len(b) > 0:
+		return fmt.Errorf("setup failed: %s", b)
+	case err != nil:
+		return fmt.Errorf("waiting for the sandbox to be ready: %w", err)
+	}
+	return errors.New("the sandbox's first process exited during setup")
+}
+
+// consoleTail returns the end of a sandbox's console log (its setup
+// errors), for error messages.
+func consoleTail(dir string) string {
+	f, err := os.Open(filepath.Join(dir, "console.log"))
+	if err != nil {
+		return "no console output"
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	if fi != nil && fi.Size() > 2048 {
+		_, _ = f.Seek(-2048, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(f)
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "no console output"
+	}
+	return s
+}

@@ -1,0 +1,39 @@
+package container
+
+import (
+	"context"
+
+	"github.com/dsec-dev/dsec/internal/cgroups"
+	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/network"
+)
+
+// The runtime's dependencies, as the runtime uses them. The daemon passes
+// the node's layer cache, *network.Manager and *cgroups.Manager.
+
+// layerRoots is the node's layer cache.
+type layerRoots interface {
+	// Root mounts sandbox id's writable overlay over layers.
+	Root(ctx context.Context, id string, layers []layerspec.Layer, upper string) (string, func(), error)
+	// View shows layers read-only (one layer: its own mount).
+	View(ctx context.Context, layers []layerspec.Layer) (string, func(), error)
+}
+
+// networks gives sandboxes their network namespaces, with egress policy
+// enforced on the host.
+type networks interface {
+	Acquire(ctx context.Context, id string, p network.Policy) (*network.Endpoint, error)
+	SetPolicy(ctx context.Context, id string, p network.Policy) error
+	Endpoint(id string) (*network.Endpoint, bool)
+	Release(ctx context.Context, id string) error
+	// Recover removes the networks of sandboxes not in live.
+	Recover(ctx context.Context, live []string) error
+}
+
+// cgroupManager makes and finds sandboxes' control groups.
+type cgroupManager interface {
+	Create(ctx context.Context, id string, l cgroups.Limits) (*cgroups.Group, error)
+	Open(id string) (*cgroups.Group, error)
+	// Sweep kills and removes the groups of sandboxes not in live.
+	Sweep(ctx context.Context, live []string) error
+}

@@ -1,0 +1,130 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+
+	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/sys"
+)
+
+// Recover implements sandbox.Runtime: it re-adopts the sandboxes a
+// previous node agent left running — their processes, mounts, cgroups and
+// network survive it — reconnecting to their agents, and removes what is
+// left of sandboxes that died or were half made.
+func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
+	base := filepath.Join(r.opt.StateDir, "sandboxes")
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return nil, err
+	}
+	var out []sandbox.Sandbox
+	for _, e := range ents {
+		dir := filepath.Join(base, e.Name())
+		sb, err := r.adopt(ctx, dir)
+		if err != nil {
+			r.log.Warn("removing a sandbox that cannot be re-adopted", "sandbox", e.Name(), "err", err)
+			r.scrap(ctx, e.Name(), dir)
+			continue
+		}
+		r.mu.Lock()
+		r.sandboxes[sb.id] = sb
+		r.mu.Unlock()
+		out = append(out, sb)
+	}
+	// What no adopted sandbox owns goes: networks (namespaces, veths,
+	// nftables elements) and cgroups, killing any process left in them.
+	live := make([]string, len(out))
+	for i, sb := range out {
+		live[i] = sb.ID()
+	}
+	if err := r.opt.Network.Recover(ctx, live); err != nil {
+		return out, fmt.Errorf("sweeping networks: %w", err)
+	}
+	if err := r.opt.Cgroups.Sweep(ctx, live); err != nil {
+		return out, fmt.Errorf("sweeping cgroups: %w", err)
+	}
+	return out, nil
+}
+
+// adopt takes over one sandbox after a restart.
+func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
+	st, err := readState(dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := r.opt.Network.Endpoint(st.Spec.ID); !ok {
+		return nil, errors.New("its network is gone")
+	}
+	cg, err := r.opt.Cgroups.Open(st.Spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	// Its first process must still be in its cgroup (a pid alone may have
+	// been reused).
+	if procs, err := cg.Procs(); err != nil || !slices.Contains(procs, st.Pid) {
+		return nil, errors.New("its first process is gone")
+	}
+	upper := filepath.Join(dir, "upper")
+	// Taking the root again adopts the overlay that is still mounted.
+	rootfs, releaseRoot, err := r.opt.Layers.Root(ctx, st.Spec.ID, st.Spec.Image.Layers, upper)
+	if err != nil {
+		return nil, err
+	}
+	if rootfs != st.Rootfs {
+		releaseRoot()
+		return nil, errors.New("its root moved")
+	}
+	client, err := dialAgent(ctx, filepath.Join(dir, "sock", guest.SockName), r.log)
+	if err != nil {
+		releaseRoot()
+		return nil, err
+	}
+	pid := st.Pid
+	return &Sandbox{rt: r, id: st.Spec.ID, dir: dir, state: st, client: client, cg: cg,
+		wait: func() { waitGone(pid) }, releaseRoot: releaseRoot, upper: upper}, nil
+}
+
+// scrap removes whatever is left of a sandbox: its processes (through its
+// cgroup), root, upper, network and cgroups, best effort.
+func (r *Runtime) scrap(ctx context.Context, id, dir string) {
+	if cg, err := r.opt.Cgroups.Open(id); err == nil {
+		_ = cg.Kill(ctx)
+		_ = cg.Destroy(ctx)
+	}
+	if st, err := readState(dir); err == nil {
+		if _, release, err := r.opt.Layers.Root(ctx, id, st.Spec.Image.Layers, filepath.Join(dir, "upper")); err == nil {
+			release()
+		}
+	}
+	_ = sys.Unmount(filepath.Join(dir, "upper"))
+	_ = r.opt.Network.Release(ctx, id)
+	_ = os.RemoveAll(dir)
+}
+
+// alive reports whether pid exists.
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// waitGone waits for an adopted sandbox's first process, which is not our
+// child, to disappear (its cgroup was killed just before).
+func waitGone(pid int) {
+	for i := 0; i < 2000 && alive(pid); i++ {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && len(b) > 0 && zombie(b) {
+			return
+		}
+		sleepBrief()
+	}
+}

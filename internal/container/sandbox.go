@@ -1,0 +1,235 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/cgroups"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/sys"
+)
+
+// Sandbox is one container sandbox. It is safe for concurrent use.
+type Sandbox struct {
+	rt          *Runtime
+	id          string
+	dir         string
+	state       *state
+	cg          *cgroups.Group
+	wait        func() // waits for PID 1 to exit (no-op for adopted ones)
+	releaseRoot func()
+	upper       string
+
+	mu        sync.Mutex // guards following fields
+	client    *agentproto.Client
+	destroyed bool
+}
+
+var (
+	_ sandbox.Sandbox       = (*Sandbox)(nil)
+	_ sandbox.ProcessRunner = (*Sandbox)(nil)
+)
+
+// ID implements sandbox.Sandbox.
+func (s *Sandbox) ID() string { return s.id }
+
+func (s *Sandbox) agent() (*agentproto.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed || s.client == nil {
+		return nil, sandbox.ErrGone(s.id)
+	}
+	return s.client, nil
+}
+
+// Exec implements sandbox.Sandbox.
+func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecResult, error) {
+	c, err := s.agent()
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	ar, err := s.agentExec(&req)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	var out agentproto.Output
+	if req.Stdout != nil || req.Stderr != nil {
+		out = agentproto.Output{Stdout: writerFunc(req.Stdout), Stderr: writerFunc(req.Stderr)}
+	}
+	return c.Exec(ctx, ar, out)
+}
+
+func writerFunc(w io.Writer) func([]byte) {
+	if w == nil {
+		return nil
+	}
+	return func(p []byte) { _, _ = w.Write(p) }
+}
+
+func (s *Sandbox) agentExec(req *sandbox.ExecRequest) (agentproto.ExecRequest, error) {
+	argv, err := sandbox.Argv(Tier, s.rt.Capabilities(), req)
+	if err != nil {
+		return agentproto.ExecRequest{}, err
+	}
+	return agentproto.ExecRequestFrom(argv, *req), nil
+}
+
+// StartProcess implements sandbox.ProcessRunner.
+func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+	c, err := s.agent()
+	if err != nil {
+		return nil, err
+	}
+	ar, err := s.agentExec(&req)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.Start(ctx, ar)
+	if err != nil {
+		return nil, err
+	}
+	return &process{s: s, pid: p.Pid}, nil
+}
+
+// Processes implements sandbox.ProcessRunner.
+func (s *Sandbox) Processes() []api.Process {
+	c, err := s.agent()
+	if err != nil {
+		return nil
+	}
+	ps, _ := c.Processes(context.Background())
+	return ps
+}
+
+// Process implements sandbox.ProcessRunner.
+func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
+	c, err := s.agent()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Process(context.Background(), pid); err != nil {
+		return nil, err
+	}
+	return &process{s: s, pid: pid}, nil
+}
+
+// process is a background process, addressed by pid through the agent.
+type process struct {
+	s   *Sandbox
+	pid int
+}
+
+func (p *process) Info() api.Process {
+	c, err := p.s.agent()
+	if err != nil {
+		return api.Process{Pid: p.pid, State: api.ProcessExited}
+	}
+	info, err := c.Process(context.Background(), p.pid)
+	if err != nil {
+		return api.Process{Pid: p.pid, State: api.ProcessExited}
+	}
+	return info
+}
+
+func (p *process) Wait(ctx context.Context) (api.ExecResult, error) {
+	c, err := p.s.agent()
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	return c.Wait(ctx, p.pid)
+}
+
+func (p *process) WriteStdin(ctx context.Context, b []byte) error {
+	c, err := p.s.agent()
+	if err != nil {
+		return err
+	}
+	return c.WriteStdin(ctx, p.pid, b)
+}
+
+func (p *process) CloseStdin() error {
+	c, err := p.s.agent()
+	if err != nil {
+		return err
+	}
+	return c.CloseStdin(context.Background(), p.pid)
+}
+
+func (p *process) Signal(sig string) error {
+	c, err := p.s.agent()
+	if err != nil {
+		return err
+	}
+	return c.Signal(context.Background(), p.pid, sig)
+}
+
+// Stats implements sandbox.Sandbox, from the host's view of the sandbox
+// (its cgroups and upper tmpfs), never from the agent.
+func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
+	st, err := s.cg.Stats()
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	disk, _ := sys.UsedBytes(s.upper)
+	return sandbox.Stats{MemoryBytes: st.MemoryBytes, CPUSeconds: st.CPUSeconds, Processes: int(st.Pids), DiskBytes: disk}, nil
+}
+
+// Destroy implements sandbox.Sandbox: every process of the sandbox is
+// killed through its cgroup (the agent is not asked), then its root, upper,
+// network and cgroups go.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.destroyed = true
+	c := s.client
+	s.client = nil
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	if err := s.cg.Kill(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	s.wait()
+	s.releaseRoot()
+	if err := sys.Unmount(s.upper); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.rt.opt.Network.Release(ctx, s.id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.cg.Destroy(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		errs = append(errs, err)
+	}
+	s.rt.forget(s.id)
+	if err := errors.Join(errs...); err != nil {
+		return errdefs.Wrap(errdefs.Internal, "destroy_incomplete", err, "sandbox %s was not fully removed", s.id)
+	}
+	return nil
+}
+
+// detach drops the node's connection and leaves the sandbox running (the
+// runtime is closing; a later Recover adopts it again).
+func (s *Sandbox) detach() {
+	s.mu.Lock()
+	c := s.client
+	s.client = nil
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}

@@ -1,0 +1,89 @@
+package testenv
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+)
+
+// Sandboxes names what a test's container sandboxes put on the host: the
+// network instance name (netns files, veths and the nftables table carry
+// it) and the cgroup parent.
+type Sandboxes struct {
+	Net, CgroupParent string
+}
+
+// HostLeftovers lists what of s is on the host: network namespaces,
+// links, the nftables table, cgroups below the parent in any hierarchy,
+// and processes in them.
+func HostLeftovers(s Sandboxes) []string {
+	var out []string
+	if s.Net != "" {
+		if ents, err := os.ReadDir("/run/netns"); err == nil {
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), s.Net+"-") {
+					out = append(out, "netns "+e.Name())
+				}
+			}
+		}
+		if ents, err := os.ReadDir("/sys/class/net"); err == nil {
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), s.Net) {
+					out = append(out, "link "+e.Name())
+				}
+			}
+		}
+		if c, err := nftables.New(); err == nil {
+			if tab, err := c.ListTableOfFamily(s.Net, nftables.TableFamilyINet); err == nil && tab != nil {
+				out = append(out, "nftables table inet "+s.Net)
+			}
+		}
+	}
+	if s.CgroupParent != "" {
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", s.CgroupParent))
+		if d := filepath.Join("/sys/fs/cgroup", s.CgroupParent); isDir(d) {
+			dirs = append(dirs, d)
+		}
+		for _, d := range dirs {
+			ents, _ := os.ReadDir(d)
+			for _, e := range ents {
+				if !e.IsDir() {
+					continue
+				}
+				out = append(out, "cgroup "+filepath.Join(d, e.Name()))
+				if b, err := os.ReadFile(filepath.Join(d, e.Name(), "cgroup.procs")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+					out = append(out, "processes "+strings.Join(strings.Fields(string(b)), ",")+" in "+filepath.Join(d, e.Name()))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+// NoHostLeftovers fails the test if anything of s is still on the host
+// after a grace period for the kernel's asynchronous teardown (netns and
+// veth removal finish after the call that asked for it).
+func NoHostLeftovers(t testing.TB, s Sandboxes) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left := HostLeftovers(s)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("left on the host: %q", left)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
