@@ -516,7 +516,7 @@ func (st *stream) abandon() {
 	if ended {
 		return
 	}
-	// Never blocking: the writer sends it ahead of queued frames.
+	// Never blocking: the writer sends it after the frames already queued.
 	st.s.mu.Lock()
 	st.s.cancels = append(st.s.cancels, st.id)
 	st.s.mu.Unlock()
