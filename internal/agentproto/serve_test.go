@@ -185,3 +185,14 @@ func TestExecTimeout(t *testing.T) {
 		}
 	}
 }
+
+func TestHandlerPanic(t *testing.T) {
+	c := serveTest(t, func(c *Call) { panic("boom") })
+	_, err := c.Stat(context.Background(), "/")
+	if !errors.Is(err, errdefs.Internal) || errdefs.CodeOf(err) != "agent_panic" {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := c.Stat(context.Background(), "/"); errdefs.CodeOf(err) != "agent_panic" {
+		t.Errorf("the connection did not survive: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"syscall"
 
@@ -14,7 +15,8 @@ import (
 
 // Serve serves the protocol on conn (agent side) until the connection
 // ends or ctx is done, calling handle for every call in a goroutine of
-// its own. It closes conn, cancels the calls still running and waits for
+// its own; a panic in handle fails that call (errdefs.Internal
+// "agent_panic") rather than the process. It closes conn, cancels the calls still running and waits for
 // their handlers to return before it returns. It returns nil when the
 // node closed the connection, ctx's error when ctx ended, and the error
 // otherwise (a protocol violation: errdefs.Unavailable
@@ -35,6 +37,14 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, logger *slog.Logger, ha
 			defer calls.Done()
 			defer ccancel()
 			defer st.forget()
+			defer func() {
+				// As PID 1 a crash would end the sandbox: a bug in one call
+				// fails that call, as net/http does for a request.
+				if v := recover(); v != nil {
+					s.logger.Error("panic serving a call", "op", c.Op, "panic", v, "stack", string(debug.Stack()))
+					c.Reply(nil, errdefs.New(errdefs.Internal, "agent_panic", "the agent failed serving the %s call", c.Op))
+				}
+			}()
 			handle(c)
 			if !c.replied {
 				c.Reply(nil, errdefs.New(errdefs.Internal, "no_reply", "the agent did not answer the %s call", c.Op))
