@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -142,9 +143,23 @@ def dsec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DSecServer
     data_dir = tmp / "data"
     log = tmp / "dsec.log"
     _server_log.append(log)
+    # Container sandboxes run as an unprivileged host uid that must walk
+    # down to their roots in the data dir: pytest's directories are 0700.
+    for d in [tmp, *tmp.parents]:
+        if d == Path(tempfile.gettempdir()) or d == d.parent:
+            break
+        d.chmod(d.stat().st_mode | 0o001)
+    # A network, cgroup and id range of its own, apart from any DSec the
+    # machine runs.
+    config = tmp / "dsec.toml"
+    config.write_text(
+        "version = 1\n[container]\n"
+        'name = "dpy"\nnetwork_range = "10.86.0.0/16"\ncgroup_parent = "dsec-pytest"\nnetwork_pool = 8\n'
+    )
     with open(log, "wb") as logf:
         proc = subprocess.Popen(
-            [str(binary), "up", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--nats-listen", "none"],
+            [str(binary), "up", "--config", str(config), "--data-dir", str(data_dir),
+             "--listen", "127.0.0.1:0", "--nats-listen", "none"],
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=subprocess.STDOUT,
