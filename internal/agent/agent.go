@@ -57,6 +57,12 @@ type Options struct {
 	// nil means RequireOutsidePIDNamespace. Tests that run the agent in
 	// their own pid namespace replace it.
 	PeerCheck func(Peer) error
+	// Fork, if set, runs every fork of a command (the function it is
+	// given) and returns its result. The sandbox setup uses it to fork
+	// from the one OS thread whose capability bounding set it emptied:
+	// the bounding set is per thread and commands inherit the forking
+	// thread's. nil forks on whatever thread the call runs on.
+	Fork func(fork func() (int, error)) (int, error)
 }
 
 // Peer is a connection's peer as SO_PEERCRED reports it, translated into

@@ -205,7 +205,13 @@ func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio,
 		startedAt: time.Now(),
 	}
 	err = theReaper.start(p, func() (int, error) {
-		return syscall.ForkExec(prog, args.Argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: attr})
+		fork := func() (int, error) {
+			return syscall.ForkExec(prog, args.Argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: attr})
+		}
+		if a.opt.Fork != nil {
+			return a.opt.Fork(fork)
+		}
+		return fork()
 	})
 	closeAll(child[0], child[1], child[2])
 	if err != nil {

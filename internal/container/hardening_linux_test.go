@@ -1,0 +1,58 @@
+package container
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+)
+
+// TestCommandsHoldNoCapabilities checks that a command run as the
+// sandbox's root has no capabilities at all, no_new_privs and the seccomp
+// filter, however many commands the agent has forked and from however
+// many goroutines, and that the negative control (the same probe with no
+// filter configured) differs where it should.
+func TestCommandsHoldNoCapabilities(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{})
+	ctx := context.Background()
+	sb, err := rt.Create(ctx, sandbox.Spec{ID: "caps", Image: world.image()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	status := func() string {
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"cat", "/proc/self/status"}}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("reading status: %v %+v", err, res)
+		}
+		return res.Stdout
+	}
+	// Concurrent commands: forks come from several agent goroutines.
+	done := make(chan string, 8)
+	for range 8 {
+		go func() { done <- status() }()
+	}
+	for range 8 {
+		st := <-done
+		for _, want := range []string{
+			"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+			"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",
+		} {
+			if !strings.Contains(st, want+"\n") {
+				t.Errorf("a command's status lacks %q:\n%s", want, st)
+			}
+		}
+	}
+	// The agent itself (PID 1) holds capabilities: the probe can tell.
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"grep", "CapEff", "/proc/1/status"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Stdout, "0000000000000000") || res.ExitCode != 0 {
+		t.Errorf("PID 1's effective set reads %q: the probe cannot see a difference", res.Stdout)
+	}
+}
