@@ -78,7 +78,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	if diskMB <= 0 {
 		diskMB = 256
 	}
-	if err := sys.MountTmpfs("dsec-upper", upper, fmt.Sprintf("size=%dm,mode=0755,uid=%d,gid=%d", diskMB, r.opt.HostUID, r.opt.HostGID)); err != nil {
+	// nr_inodes caps files as size caps bytes (one inode per 4 KiB of
+	// disk, at least 16 Ki): without it a sandbox could pin kernel memory
+	// with empty files.
+	inodes := max(diskMB*256, 16384)
+	if err := sys.MountTmpfs("dsec-upper", upper, fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0755,uid=%d,gid=%d", diskMB, inodes, r.opt.HostUID, r.opt.HostGID)); err != nil {
 		return nil, err
 	}
 	cu.Add(func() { _ = sys.Unmount(upper) })

@@ -155,7 +155,7 @@ func bindSys(root string) error {
 	if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|nosuidNodevNoexec, ""); err != nil {
 		return err
 	}
-	for _, d := range []string{"fs/cgroup", "firmware", "kernel/security", "kernel/debug", "kernel/tracing", "fs/bpf", "fs/fuse/connections"} {
+	for _, d := range []string{"fs/cgroup", "firmware", "kernel/security", "kernel/debug", "kernel/tracing", "fs/bpf", "fs/fuse/connections", "devices/virtual/powercap"} {
 		p := filepath.Join(target, d)
 		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
 			continue
@@ -170,7 +170,7 @@ func bindSys(root string) error {
 // maskProc hides and write-protects /proc paths as OCI runtimes do.
 func maskProc(root string) error {
 	proc := filepath.Join(root, "proc")
-	for _, p := range []string{"kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "sysrq-trigger", "kallsyms"} {
+	for _, p := range []string{"kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "sysrq-trigger", "kallsyms", "interrupts"} {
 		path := filepath.Join(proc, p)
 		if _, err := os.Stat(path); err != nil {
 			continue
