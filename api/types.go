@@ -111,6 +111,26 @@ type Sandbox struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// SandboxStats is a sandbox's resource use, as the node sees it from
+// outside the sandbox (cgroups, its writable layer): nothing in it comes
+// from code running in the sandbox. Limits that were hit show here:
+// OOMKills > 0 (a process was killed for memory), DiskFull, PidsLimited.
+type SandboxStats struct {
+	MemoryBytes      int64   `json:"memory_bytes"`
+	MemoryPeakBytes  int64   `json:"memory_peak_bytes,omitempty"`
+	MemoryLimitBytes int64   `json:"memory_limit_bytes,omitempty"`
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	Processes        int     `json:"processes"`
+	DiskBytes        int64   `json:"disk_bytes"`
+	DiskLimitBytes   int64   `json:"disk_limit_bytes,omitempty"`
+	// DiskFull is set when the writable layer has no room left.
+	DiskFull bool `json:"disk_full,omitempty"`
+	// OOMKills counts processes the kernel killed at the memory limit.
+	OOMKills int64 `json:"oom_kills,omitempty"`
+	// PidsLimited counts forks refused at the process limit.
+	PidsLimited int64 `json:"pids_limited,omitempty"`
+}
+
 // SandboxList is a page of sandboxes.
 type SandboxList struct {
 	Sandboxes []Sandbox `json:"sandboxes"`

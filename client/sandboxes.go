@@ -35,6 +35,20 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (*api.Sandbox, error
 	return &sb, nil
 }
 
+// SandboxStats reports a running sandbox's resource use and the limits it
+// hit (OOM kills, a full disk, refused forks).
+func (c *Client) SandboxStats(ctx context.Context, id string) (*api.SandboxStats, error) {
+	p, err := sandboxPath(id, "/stats")
+	if err != nil {
+		return nil, err
+	}
+	var st api.SandboxStats
+	if err := c.call(ctx, http.MethodGet, p, nil, &st, 0); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
 // DeleteSandbox destroys the sandbox id. Deleting a sandbox that is already
 // gone is not an error for the server, but an unknown ID is ErrNotFound.
 func (c *Client) DeleteSandbox(ctx context.Context, id string) error {

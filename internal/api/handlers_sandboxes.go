@@ -63,6 +63,15 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, owner string
 	writeJSON(w, http.StatusOK, sb)
 }
 
+func (s *Server) sandboxStats(w http.ResponseWriter, r *http.Request, owner string) {
+	st, err := s.mgr.Stats(r.Context(), owner, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, owner string) {
 	if err := s.mgr.Delete(r.Context(), owner, r.PathValue("id"), "deleted"); err != nil {
 		s.writeError(w, r, err)

@@ -56,3 +56,56 @@ func TestCommandsHoldNoCapabilities(t *testing.T) {
 		t.Errorf("PID 1's effective set reads %q: the probe cannot see a difference", res.Stdout)
 	}
 }
+
+// TestLimitsReported checks that hitting the memory and disk limits
+// affects only the offending command and shows in the sandbox's stats,
+// which read zero before (so the check can fail).
+func TestLimitsReported(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{})
+	ctx := context.Background()
+	sb, err := rt.Create(ctx, sandbox.Spec{ID: "limits", Image: world.image(), MemoryMB: 64, DiskMB: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	run := func(cmd ...string) api.ExecResult {
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: cmd, TimeoutS: 60}})
+		if err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+		return res
+	}
+	before, err := sb.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.OOMKills != 0 || before.DiskFull || before.MemoryLimitBytes != 64<<20 || before.DiskLimitBytes < 15<<20 {
+		t.Fatalf("stats before any limit was hit: %+v", before)
+	}
+	if res := run(busyboxCommands.AllocMB(256)...); res.ExitCode == 0 {
+		t.Errorf("allocating 256 MiB under a 64 MiB limit succeeded: %+v", res)
+	}
+	res := run("sh", "-c", "dd if=/dev/zero of=/fill bs=1M count=64 2>&1; echo rc=$?")
+	if !strings.Contains(res.Stdout, "No space left on device") {
+		t.Errorf("filling a 16 MiB disk with 64 MiB: %q", res.Stdout)
+	}
+	after, err := sb.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.OOMKills < 1 || !after.DiskFull || after.DiskBytes < 15<<20 {
+		t.Errorf("stats after hitting the limits: %+v (want oom_kills ≥ 1, disk_full, disk_bytes ≈ 16 MiB)", after)
+	}
+	// Only the offending commands died.
+	if res := run("echo", "alive"); res.Stdout != "alive\n" {
+		t.Errorf("the sandbox after its limits were hit: %+v", res)
+	}
+	if res := run("rm", "/fill"); res.ExitCode != 0 {
+		t.Errorf("rm: %+v", res)
+	}
+	if st, _ := sb.Stats(ctx); st.DiskFull {
+		t.Errorf("disk still full after rm: %+v", st)
+	}
+}

@@ -176,8 +176,16 @@ func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 	if err != nil {
 		return sandbox.Stats{}, err
 	}
-	disk, _ := sys.UsedBytes(s.upper)
-	return sandbox.Stats{MemoryBytes: st.MemoryBytes, CPUSeconds: st.CPUSeconds, Processes: int(st.Pids), DiskBytes: disk}, nil
+	disk, err := sys.StatFS(s.upper)
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	spec := s.state.Spec
+	return sandbox.Stats{
+		MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeak, MemoryLimitBytes: s.rt.limits(spec).MemoryBytes,
+		CPUSeconds: st.CPUSeconds, Processes: int(st.Pids), PidsLimited: st.PidsLimited, OOMKills: st.OOMKills,
+		DiskBytes: disk.Used, DiskLimitBytes: disk.Size, DiskFull: disk.Full(),
+	}, nil
 }
 
 // Destroy implements sandbox.Sandbox: every process of the sandbox is

@@ -72,6 +72,15 @@ func (m *Manager) ListProcesses(ctx context.Context, owner, id string) ([]api.Pr
 	return m.nodes.ListProcesses(ctx, rec.Node, id)
 }
 
+// Stats reports a running sandbox's resource use, from its node.
+func (m *Manager) Stats(ctx context.Context, owner, id string) (api.SandboxStats, error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return api.SandboxStats{}, err
+	}
+	return m.nodes.Stats(ctx, rec.Node, id)
+}
+
 func (m *Manager) GetProcess(ctx context.Context, owner, id string, pid int) (api.Process, error) {
 	rec, err := m.running(owner, id)
 	if err != nil {

@@ -72,6 +72,10 @@ func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 		DiskBytes:   disk,
 		CPUSeconds:  time.Duration(s.busyNanos.Load()).Seconds(),
 		Processes:   int(s.running.Load()),
+		// The limits the sandbox was made with (its linear memory and
+		// workspace caps).
+		MemoryLimitBytes: int64(s.spec.MemoryMB) << 20,
+		DiskLimitBytes:   int64(s.spec.DiskMB) << 20,
 	}, nil
 }
 

@@ -9,6 +9,15 @@ import (
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
+// stats reports a sandbox's resource use.
+func (a *Agent) stats(ctx context.Context, t noderpc.Target) (api.SandboxStats, error) {
+	sb, _, err := a.lookup(t.ID)
+	if err != nil {
+		return api.SandboxStats{}, err
+	}
+	return sb.Stats(ctx)
+}
+
 func (a *Agent) runner(id string) (sandbox.ProcessRunner, error) {
 	sb, tier, err := a.lookup(id)
 	if err != nil {

@@ -90,6 +90,7 @@ func (a *Agent) simpleOps() map[string]func(context.Context, []byte) (any, error
 		noderpc.OpFileMkdir:  jsonOpR(a.fileMkdir),
 		noderpc.OpFileRemove: jsonOp(a.fileRemove),
 		noderpc.OpFileRename: jsonOpR(a.fileRename),
+		noderpc.OpStats:      jsonOpR(a.stats),
 	}
 }
 

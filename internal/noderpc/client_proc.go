@@ -20,6 +20,13 @@ func (c *Client) ListProcesses(ctx context.Context, node, id string) ([]api.Proc
 	return l.Processes, err
 }
 
+// Stats reports a sandbox's resource use.
+func (c *Client) Stats(ctx context.Context, node, id string) (api.SandboxStats, error) {
+	var st api.SandboxStats
+	err := c.request(ctx, node, OpStats, Target{ID: id}, &st)
+	return st, err
+}
+
 // GetProcess describes one background process.
 func (c *Client) GetProcess(ctx context.Context, node, id string, pid int) (api.Process, error) {
 	var p api.Process

@@ -45,6 +45,7 @@ const (
 	OpFileMkdir  = "fs.mkdir"
 	OpFileRemove = "fs.remove"
 	OpFileRename = "fs.rename"
+	OpStats      = "stats"
 )
 
 // Headers.

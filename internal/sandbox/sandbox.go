@@ -110,12 +110,7 @@ type ExecRequest struct {
 }
 
 // Stats is a sandbox's resource usage.
-type Stats struct {
-	MemoryBytes int64   `json:"memory_bytes"`
-	DiskBytes   int64   `json:"disk_bytes"`
-	CPUSeconds  float64 `json:"cpu_seconds"`
-	Processes   int     `json:"processes"`
-}
+type Stats = api.SandboxStats
 
 // Files is a sandbox's file system. Paths are absolute within the sandbox
 // or relative to the sandbox's file root; see CleanPath.

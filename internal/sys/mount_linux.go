@@ -63,6 +63,28 @@ func IsTmpfsRoot(dir string) bool {
 }
 
 // UsedBytes returns the bytes in use on the file system holding dir.
+// FSUsage is what statfs says of a file system.
+type FSUsage struct {
+	Used, Size, Free int64 // bytes
+	FreeInodes       uint64
+}
+
+// Full reports whether the file system has no room for another file or
+// block worth having (tmpfs leaves a partial page free when writes fail).
+func (u FSUsage) Full() bool { return u.Free < 64<<10 || u.FreeInodes == 0 }
+
+// StatFS returns the usage of the file system holding dir.
+func StatFS(dir string) (FSUsage, error) {
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); err != nil {
+		return FSUsage{}, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return FSUsage{
+		Used: int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize, Size: int64(sfs.Blocks) * sfs.Bsize,
+		Free: int64(sfs.Bavail) * sfs.Bsize, FreeInodes: sfs.Ffree,
+	}, nil
+}
+
 func UsedBytes(dir string) (int64, error) {
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(dir, &sfs); err != nil {

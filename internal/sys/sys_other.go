@@ -17,6 +17,16 @@ func DetachMount(string) error        { return nil }
 func IsTmpfsRoot(string) bool         { return false }
 func UsedBytes(string) (int64, error) { return 0, errdefs.ErrNotSupported }
 
+// FSUsage is what statfs says of a file system.
+type FSUsage struct {
+	Used, Size, Free int64
+	FreeInodes       uint64
+}
+
+func (u FSUsage) Full() bool { return false }
+
+func StatFS(string) (FSUsage, error) { return FSUsage{}, errdefs.ErrNotSupported }
+
 func Reserve(uint64) ([]byte, error) { return nil, errdefs.ErrNotSupported }
 func Unreserve([]byte)               {}
 func DropPages([]byte) error         { return errdefs.ErrNotSupported }
