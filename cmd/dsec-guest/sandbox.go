@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 
 	"github.com/dsec-dev/dsec/internal/agent"
@@ -25,10 +27,12 @@ type forkRes struct {
 }
 
 // sandboxMain is `dsec-guest sandbox`, run only by the node's container
-// runtime as the first process of a new sandbox, with its config on fd 3
-// and a sync pipe on fd 4: it sets the sandbox up (guest.SetupSandbox),
-// reports "ready" or its error on the pipe and becomes the sandbox's
-// agent, PID 1, until the node kills the sandbox. Its stdout and stderr
+// runtime as the first process of a new sandbox, with its config on fd 3,
+// a sync pipe on fd 4 and the node's first connection on fd 5: it sets
+// the sandbox up (guest.SetupSandbox), reports "ready" or its error on the
+// pipe and becomes the sandbox's agent, PID 1, serving that connection
+// and, for a node agent that restarts, the socket the setup made, until
+// the node kills the sandbox. Its stdout and stderr
 // are the sandbox's console log on the host: only setup failures and
 // agent warnings go there.
 //
@@ -38,24 +42,32 @@ type forkRes struct {
 func sandboxMain(stderr io.Writer) int {
 	runtime.LockOSThread()
 	syscall.Umask(0o022)
-	sync := os.NewFile(4, "sandbox-sync")
+	syncPipe := os.NewFile(4, "sandbox-sync")
+	nodeConn := os.NewFile(5, "node-conn")
+	first, err := net.FileConn(nodeConn)
+	nodeConn.Close() // FileConn made its own descriptor
+	if err != nil {
+		fmt.Fprintf(stderr, "dsec-guest sandbox: the node's connection: %v\n", err)
+		fmt.Fprintf(syncPipe, "the node's connection: %v", err)
+		return 1
+	}
 	ln, cfg, err := guest.SetupSandbox(os.NewFile(3, "sandbox-config"))
 	if err != nil {
 		fmt.Fprintf(stderr, "dsec-guest sandbox: %v\n", err)
-		fmt.Fprintf(sync, "%v", err)
+		fmt.Fprintf(syncPipe, "%v", err)
 		return 1
 	}
-	if _, err := sync.WriteString(guest.Ready); err != nil {
+	if _, err := syncPipe.WriteString(guest.Ready); err != nil {
 		fmt.Fprintf(stderr, "dsec-guest sandbox: reporting ready: %v\n", err)
 		return 1
 	}
-	sync.Close()
+	syncPipe.Close()
 	forks := make(chan forkReq)
 	exited := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		exited <- agent.Run(context.Background(), agent.Options{
-			Listener: ln, Logger: logger, Version: version, DefaultEnv: cfg.Env,
+			Listener: &firstConn{Listener: ln, first: first}, Logger: logger, Version: version, DefaultEnv: cfg.Env,
 			Fork: func(fork func() (int, error)) (int, error) {
 				r := forkReq{fork: fork, done: make(chan forkRes, 1)}
 				forks <- r
@@ -77,4 +89,21 @@ func sandboxMain(stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// firstConn is a listener whose first Accept returns a connection made
+// before it: the socket pair the node created the sandbox with.
+type firstConn struct {
+	net.Listener
+	once  sync.Once
+	first net.Conn
+}
+
+func (l *firstConn) Accept() (net.Conn, error) {
+	var c net.Conn
+	l.once.Do(func() { c = l.first })
+	if c != nil {
+		return c, nil
+	}
+	return l.Listener.Accept()
 }

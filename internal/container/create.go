@@ -3,9 +3,9 @@ package container
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -138,7 +139,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		Seccomp:    prog,
 		Env:        defaultEnv(spec),
 	}
-	pid, wait, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg)
+	pid, wait, client, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg)
 	if pid != 0 {
 		cu.Add(func() {
 			_ = cg.Kill(context.Background())
@@ -149,10 +150,6 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, errdefs.Wrap(errdefs.Internal, "sandbox_start_failed", err, "sandbox %s did not start", spec.ID)
 	}
 	st.Pid = pid
-	client, err := dialAgent(ctx, filepath.Join(sockDir, guest.SockName), r.log)
-	if err != nil {
-		return nil, errdefs.Wrap(errdefs.Internal, "sandbox_start_failed", err, "sandbox %s did not start", spec.ID)
-	}
 	if err := st.write(dir); err != nil {
 		client.Close()
 		return nil, err
@@ -207,34 +204,26 @@ func (r *Runtime) findGuest(ctx context.Context, layers []layerspec.Layer) (stri
 }
 
 // start forks the sandbox's first process in its namespaces, places it in
-// its cgroups, hands it its config and waits for it to report ready. It
-// returns the process's pid (0 if none was started) and a function that
-// waits for it to exit; on error the caller kills it.
-func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig) (int, func(), error) {
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return 0, nil, err
+// its cgroups, hands it its config and greets its agent over a socket pair
+// made for it, which is the node's first connection: the greeting is
+// answered once the sandbox is set up, so readiness, connecting and the
+// protocol check are one round trip. It returns the process's pid (0 if
+// none was started), a function that waits for it to exit and the agent's
+// client; on error the caller kills the process.
+func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig) (int, func(), *agentproto.Client, error) {
+	var files startFiles
+	defer files.close()
+	if err := files.open(dir); err != nil {
+		return 0, nil, nil, err
 	}
-	defer cfgR.Close()
-	defer cfgW.Close()
-	syncR, syncW, err := os.Pipe()
-	if err != nil {
-		return 0, nil, err
-	}
-	defer syncR.Close()
-	defer syncW.Close()
-	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer console.Close()
 	cmd := exec.Command(exe, "sandbox")
 	// One P: the agent is mostly idle, and fewer threads and heaps keep
 	// its memory down (commands never see this environment).
 	cmd.Env = []string{"GOMAXPROCS=1"}
 	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = console, console
-	cmd.ExtraFiles = []*os.File{cfgR, syncW} // fds 3 and 4; nothing else is inherited
+	cmd.Stdout, cmd.Stderr = files.console, files.console
+	// fds 3, 4 and 5; nothing else is inherited.
+	cmd.ExtraFiles = []*os.File{files.cfgR, files.syncW, files.guestConn}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
@@ -252,10 +241,9 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 	// Forked from a thread joined to the sandbox's network namespace (one
 	// the node owns: sandbox root has no CAP_NET_ADMIN over it).
 	if err := network.EnterNetns(netns, cmd.Start); err != nil {
-		return 0, nil, fmt.Errorf("starting the sandbox: %w", err)
+		return 0, nil, nil, fmt.Errorf("starting the sandbox: %w", err)
 	}
-	cfgR.Close()
-	syncW.Close()
+	files.started()
 	pid := cmd.Process.Pid
 	done := make(chan struct{})
 	go func() {
@@ -263,49 +251,95 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 		close(done)
 	}()
 	wait := func() { <-done }
+	fail := func(err error) (int, func(), *agentproto.Client, error) {
+		_ = cmd.Process.Kill()
+		return pid, wait, nil, err
+	}
 	// Under cgroup v1 the parent moves the child while it waits for its
 	// config (CLONE_INTO_CGROUP is v2 only): nothing of the sandbox runs
 	// outside its cgroups.
 	if err := cg.AddProc(pid); err != nil {
-		_ = cmd.Process.Kill()
-		return pid, wait, err
+		return fail(err)
 	}
 	if err := sys.SetNofile(pid, r.opt.Nofile); err != nil {
-		_ = cmd.Process.Kill()
-		return pid, wait, err
+		return fail(err)
 	}
-	b, err := json.Marshal(cfg)
+	conn, err := net.FileConn(files.hostConn)
 	if err != nil {
-		_ = cmd.Process.Kill()
-		return pid, wait, err
+		return fail(err)
 	}
-	if _, err := cfgW.Write(b); err != nil {
-		_ = cmd.Process.Kill()
-		return pid, wait, fmt.Errorf("handing the sandbox its config: %w", err)
+	client := agentproto.NewClient(conn, r.log)
+	b, err := json.Marshal(cfg)
+	if err == nil {
+		_, err = files.cfgW.Write(b)
 	}
-	cfgW.Close()
-	if err := readReady(ctx, syncR); err != nil {
-		_ = cmd.Process.Kill()
-		return pid, wait, fmt.Errorf("%w (console: %s)", err, consoleTail(dir))
+	if err != nil {
+		client.Close()
+		return fail(fmt.Errorf("handing the sandbox its config: %w", err))
 	}
-	return pid, wait, nil
+	files.cfgW.Close()
+	if _, err := client.Hello(ctx); err != nil {
+		client.Close()
+		return fail(fmt.Errorf("%w (console: %s)", setupError(files.syncR, err), consoleTail(dir)))
+	}
+	return pid, wait, client, nil
 }
 
-// readReady waits for the sandbox's report on the sync pipe.
-func readReady(ctx context.Context, syncR *os.File) error {
-	if dl, ok := ctx.Deadline(); ok {
-		_ = syncR.SetReadDeadline(dl)
+// startFiles are the descriptors start hands the sandbox: its config
+// pipe, its sync pipe (where a failed setup writes its error) and one end
+// of the node's first connection, plus its console log.
+type startFiles struct {
+	cfgR, cfgW, syncR, syncW *os.File
+	hostConn, guestConn      *os.File
+	console                  *os.File
+}
+
+func (f *startFiles) open(dir string) error {
+	var err error
+	if f.cfgR, f.cfgW, err = os.Pipe(); err != nil {
+		return err
 	}
-	b, err := io.ReadAll(io.LimitReader(syncR, 4096))
-	switch {
-	case string(b) == guest.Ready:
-		return nil
-	case len(b) > 0:
+	if f.syncR, f.syncW, err = os.Pipe(); err != nil {
+		return err
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("making the agent's connection: %w", err)
+	}
+	f.hostConn, f.guestConn = os.NewFile(uintptr(fds[0]), "agent-conn"), os.NewFile(uintptr(fds[1]), "agent-conn")
+	f.console, err = os.OpenFile(filepath.Join(dir, "console.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	return err
+}
+
+// started closes the sandbox's ends, which it now holds.
+func (f *startFiles) started() {
+	for _, p := range []**os.File{&f.cfgR, &f.syncW, &f.guestConn, &f.console} {
+		if *p != nil {
+			(*p).Close()
+			*p = nil
+		}
+	}
+}
+
+func (f *startFiles) close() {
+	f.started()
+	for _, p := range []*os.File{f.cfgW, f.syncR, f.hostConn} {
+		if p != nil {
+			p.Close()
+		}
+	}
+}
+
+// setupError is why a sandbox did not answer its greeting: the error its
+// setup wrote on the sync pipe if it wrote one (it then exits, closing the
+// pipe), else the greeting's.
+func setupError(syncR *os.File, helloErr error) error {
+	_ = syncR.SetReadDeadline(time.Now().Add(time.Second))
+	b, _ := io.ReadAll(io.LimitReader(syncR, 4096))
+	if len(b) > 0 && string(b) != guest.Ready {
 		return fmt.Errorf("setup failed: %s", b)
-	case err != nil:
-		return fmt.Errorf("waiting for the sandbox to be ready: %w", err)
 	}
-	return errors.New("the sandbox's first process exited during setup")
+	return fmt.Errorf("the agent did not answer: %w", helloErr)
 }
 
 // consoleTail returns the end of a sandbox's console log (its setup
