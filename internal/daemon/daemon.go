@@ -291,7 +291,7 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 		}
 		return m.Counts()
 	})
-	defaults := map[string]string{wire.TierFunction: BuiltinFunctionImage}
+	defaults := map[string]string{wire.TierFunction: BuiltinFunctionImage, wire.TierContainer: BuiltinContainerImage}
 	for k, v := range lim.DefaultImages {
 		defaults[k] = v
 	}

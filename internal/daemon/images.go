@@ -17,6 +17,11 @@ import (
 // BuiltinFunctionImage is the function tier's default image.
 const BuiltinFunctionImage = "wasm-tools"
 
+// BuiltinContainerImage is the container tier's default image: always
+// built (in a fraction of a second), unlike debian-12, which callers name
+// when they want a full Debian.
+const BuiltinContainerImage = "busybox"
+
 // builtinImage is an image composed of built-in layers.
 type builtinImage struct {
 	name   string
