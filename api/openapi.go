@@ -1,16 +1,12 @@
 package api
 
-import (
-	_ "embed"
-	"sync"
-
-	"sigs.k8s.io/yaml"
-)
+import _ "embed"
 
 //go:embed openapi.yaml
 var openAPIYAML []byte
 
-var openAPIJSON = sync.OnceValues(func() ([]byte, error) { return yaml.YAMLToJSON(openAPIYAML) })
-
-// OpenAPIJSON returns the OpenAPI document as JSON.
-func OpenAPIJSON() ([]byte, error) { return openAPIJSON() }
+// OpenAPIYAML returns the OpenAPI document as written (YAML). The server
+// serves it as JSON; the conversion lives there, so that programs using
+// only the wire types (the in-sandbox agent among them) do not link a
+// YAML parser.
+func OpenAPIYAML() []byte { return openAPIYAML }

@@ -5,15 +5,17 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 // TestOpenAPIMatchesTypes checks that every JSON field of the wire types is
 // described in the document under the schema of the same name, so the two
 // cannot drift apart silently.
 func TestOpenAPIMatchesTypes(t *testing.T) {
-	raw, err := OpenAPIJSON()
+	raw, err := yaml.YAMLToJSON(OpenAPIYAML())
 	if err != nil {
-		t.Fatalf("OpenAPIJSON: %v", err)
+		t.Fatalf("the OpenAPI document: %v", err)
 	}
 	var doc struct {
 		Components struct {
@@ -26,7 +28,7 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	types := []any{CreateSandboxRequest{}, Sandbox{}, SandboxList{}, SetTimeoutRequest{}, ExecRequest{},
+	types := []any{CreateSandboxRequest{}, Sandbox{}, SandboxList{}, SandboxStats{}, NetworkPolicy{}, NetworkRule{}, SetTimeoutRequest{}, ExecRequest{},
 		ExecResult{}, ExecEvent{}, Process{}, ProcessList{}, StdinRequest{}, SignalRequest{}, FileInfo{},
 		FileList{}, ExistsResponse{}, MkdirRequest{}, RenameRequest{}, Error{}, Health{}, VersionInfo{},
 		TierInfo{}, Node{}, NodeList{}, Image{}, ImageList{}, AddDirImageRequest{}, ImageLayer{}, Layer{}, LayerList{},

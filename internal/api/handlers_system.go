@@ -2,7 +2,10 @@ package api
 
 import (
 	"net/http"
+	"sync"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	wire "github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -24,7 +27,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
-	b, err := wire.OpenAPIJSON()
+	b, err := openAPIJSON()
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -44,3 +47,6 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	writeJSON(w, http.StatusOK, wire.NodeList{Nodes: nodes})
 }
+
+// openAPIJSON is the OpenAPI document converted to JSON once.
+var openAPIJSON = sync.OnceValues(func() ([]byte, error) { return yaml.YAMLToJSON(wire.OpenAPIYAML()) })
