@@ -20,7 +20,7 @@ import (
 // replies of masqueraded connections; each host-side veth gets it too).
 // Preconditions: called from New only.
 func (m *Manager) probeHost() error {
-	addrs, err := m.nl.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := dump(func() ([]netlink.Addr, error) { return m.nl.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
@@ -56,7 +56,7 @@ func (m *Manager) probeHost() error {
 
 	uplinks := m.opt.HostIfaces
 	if len(uplinks) == 0 {
-		routes, err := m.nl.RouteList(nil, netlink.FAMILY_V4)
+		routes, err := dump(func() ([]netlink.Route, error) { return m.nl.RouteList(nil, netlink.FAMILY_V4) })
 		if err != nil {
 			return fmt.Errorf("listing the node's routes: %w", err)
 		}

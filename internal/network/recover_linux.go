@@ -146,7 +146,7 @@ func (m *Manager) Recover(ctx context.Context, live []string) error {
 // only when recovering from a crash.
 func (m *Manager) sweepLinks(ctx context.Context) error {
 	strays := func() ([]netlink.Link, error) {
-		links, err := m.nl.LinkList()
+		links, err := dump(m.nl.LinkList)
 		if err != nil {
 			return nil, err
 		}
@@ -187,4 +187,19 @@ func (m *Manager) sweepLinks(ctx context.Context) error {
 func isNoDevice(err error) bool {
 	var nf netlink.LinkNotFoundError
 	return errors.As(err, &nf) || strings.Contains(err.Error(), "no such device")
+}
+
+// dump runs a netlink dump again while the kernel reports it interrupted.
+// A dump spans several messages; if the table changes meanwhile (a veth
+// of the pool, or of another Manager on the node, comes or goes) the
+// kernel flags it NLM_F_DUMP_INTR and the netlink package returns
+// ErrDumpInterrupted with results that may be inconsistent. On a node
+// whose pool is filling that is common: it made New fail at startup.
+func dump[T any](list func() ([]T, error)) ([]T, error) {
+	for i := 0; ; i++ {
+		out, err := list()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || i == 19 {
+			return out, err
+		}
+	}
 }
