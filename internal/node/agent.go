@@ -111,6 +111,13 @@ func (a *Agent) ID() string { return a.opt.ID }
 // on nc and heartbeats to hb until Stop.
 func (a *Agent) Start(ctx context.Context, nc *nats.Conn, hb heartbeatSink) error {
 	if err := a.recover(ctx); err != nil {
+		// The state tmpfs recover mounted would outlive the failed start
+		// (Stop is not called): unmount it if it is empty.
+		if a.state != nil {
+			if cerr := a.state.close(); cerr != nil {
+				a.log.Warn("closing node state", "err", cerr)
+			}
+		}
 		return err
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
