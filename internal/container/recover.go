@@ -3,7 +3,6 @@ package container
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,11 +44,14 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 	for i, sb := range out {
 		live[i] = sb.ID()
 	}
+	// A sweep that fails leaves strays (logged) but does not fail the
+	// recovery: the node must still start and serve the sandboxes it
+	// adopted, which run whatever the sweep left.
 	if err := r.opt.Network.Recover(ctx, live); err != nil {
-		return out, fmt.Errorf("sweeping networks: %w", err)
+		r.log.Error("sweeping networks no sandbox owns", "err", err)
 	}
 	if err := r.opt.Cgroups.Sweep(ctx, live); err != nil {
-		return out, fmt.Errorf("sweeping cgroups: %w", err)
+		r.log.Error("sweeping cgroups no sandbox owns", "err", err)
 	}
 	return out, nil
 }
