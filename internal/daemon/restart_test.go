@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,7 +32,10 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		if err := Run(context.Background(), RoleUp, cfg, Build{Version: "test"}, log, func(Info) {}); err != nil {
+		// SIGTERM shuts it down as it would `dsec up`; SIGKILL crashes it.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer stop()
+		if err := Run(ctx, RoleUp, cfg, Build{Version: "test"}, log, func(Info) {}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
