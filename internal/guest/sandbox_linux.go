@@ -36,6 +36,9 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		what string
 		fn   func() error
 	}{
+		// Before anything else: what the node leaked to us must not
+		// reach the sandbox (see closeInherited).
+		{"closing inherited descriptors", closeInherited},
 		// The node has placed us in our cgroups by now (we read the config
 		// only after): a new cgroup namespace roots our view there.
 		{"entering a cgroup namespace", func() error { return syscall.Unshare(syscall.CLONE_NEWCGROUP) }},
@@ -78,6 +81,40 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 }
 
 const nosuidNodevNoexec = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC
+
+// closeInherited closes every descriptor above 4 this process inherited:
+// the node hands it 0-5 (the caller has taken 5 over by now), but exec
+// passes on every descriptor of the node that lacks close-on-exec, such
+// as one the node's own parent leaked to it. A directory among them leads
+// out of the sandbox: a command started with its working directory at
+// /proc/self/fd/N enters it before it execs (CVE-2024-21626, where runc
+// leaked a cgroupfs directory; found by the isolation test A2). Go opens
+// every descriptor close-on-exec, so those without it were inherited.
+func closeInherited() error {
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		fd, err := strconv.Atoi(name)
+		if err != nil || fd <= 4 {
+			continue
+		}
+		flags, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+		if e != 0 || flags&syscall.FD_CLOEXEC != 0 {
+			continue // closed meanwhile (the listing's own), or ours
+		}
+		if err := syscall.Close(fd); err != nil {
+			return fmt.Errorf("closing descriptor %d: %w", fd, err)
+		}
+	}
+	return nil
+}
 
 func mountAt(root, rel, source, fstype string, flags uintptr, data string) error {
 	target := filepath.Join(root, rel)
