@@ -223,6 +223,17 @@ func parseKV(out string) kv {
 	return m
 }
 
+// fieldsKV parses the key=value fields of one line.
+func fieldsKV(line string) map[string]string {
+	m := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
 // get returns key's value; a probe that printed no such key is broken.
 func (m kv) get(t testing.TB, key string) string {
 	t.Helper()

@@ -2,7 +2,6 @@ package container
 
 import "testing"
 
-func testKernel(t *testing.T, e *isoEnv, main *Sandbox)    {}
 func testNetwork(t *testing.T, e *isoEnv, main *Sandbox)   {}
 func testFileAPI(t *testing.T, e *isoEnv, main *Sandbox)   {}
 func testResources(t *testing.T, e *isoEnv, main *Sandbox) {}

@@ -62,6 +62,10 @@
 //	                                                                     out of a filter's reach; libc falls
 //	                                                                     back to clone, whose flags are checked
 //	i386 and x32 ABIs                       allowed                      kill (see above)
+//	socket of families but AF_UNIX, AF_INET some thirty more families    protocol code sandboxes do not use; a
+//	AF_INET6, AF_NETLINK, AF_PACKET                                      kernel with modules loads a family's
+//	socketpair of families but AF_UNIX      any family                   module on first use, no capability
+//	                                                                     needed (CVE-2017-6074's way in)
 //
 // Without CAP_SYS_ADMIN, clone with any namespace flag and every unshare
 // fail as in Docker.
@@ -75,10 +79,6 @@
 //     sandbox's own processes. The runtime must not leave a process of
 //     its own in that namespace that shares the sandbox's uid and is
 //     dumpable (prctl(PR_SET_DUMPABLE, 0) makes it untraceable).
-//   - socket families: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (ip and ss
-//     read rtnetlink; the network namespace is not the sandbox's to
-//     change without CAP_NET_ADMIN) and the others Docker lists;
-//     AF_VSOCK, AF_ALG and the unlisted families fail with EPERM.
 //   - personality: only the values Docker allows (0, PER_LINUX32,
 //     UNAME26 and their mix, and the 0xffffffff query).
 //

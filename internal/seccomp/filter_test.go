@@ -195,6 +195,11 @@ func TestArgumentConditions(t *testing.T) {
 		{"socket", []uint64{46, 1, 0}, eperm},
 		{"socket", []uint64{1<<32 | afInet, 1, 0}, eperm}, // high bits set: compared as 64 bits
 		{"socket", []uint64{1<<32 | 1, 1, 0}, eperm},
+		{"socket", []uint64{21, 5, 0}, eperm}, // AF_RDS: Docker allows it, and a modular kernel autoloads it
+		{"socket", []uint64{30, 1, 0}, eperm}, // AF_TIPC
+		{"socket", []uint64{44, 3, 0}, eperm}, // AF_XDP
+		{"socketpair", []uint64{afUnix, 1, 0}, allow},
+		{"socketpair", []uint64{30, 1, 0}, eperm},
 		{"personality", []uint64{0}, allow},
 		{"personality", []uint64{8}, allow},
 		{"personality", []uint64{0x20000}, allow},

@@ -89,6 +89,25 @@ var stricter = map[string]string{
 	"clock_settime":     "the clock is not namespaced",
 }
 
+// Address families (linux/socket.h).
+const (
+	afUnix    = 1
+	afInet    = 2
+	afInet6   = 10
+	afNetlink = 16
+	afPacket  = 17
+)
+
+// socketFamilies are the only families socket(2) may create, whatever
+// the capabilities; socketpair(2) gets AF_UNIX alone. Docker allows some
+// thirty more (RDS, TIPC, CAN, Bluetooth, PF_KEY, XDP, SMC…): protocol
+// code a sandbox has no use for, with a long CVE history, and on a kernel
+// with modules the first socket() of a family loads its module with no
+// capability needed (request_module("net-pf-N"), as CVE-2017-6074 used).
+// AF_PACKET stays (ip and ping probe it); it needs CAP_NET_RAW over the
+// node's network namespace, which no sandbox has.
+var socketFamilies = []uint64{afUnix, afInet, afInet6, afNetlink, afPacket}
+
 // cloneNewUser is CLONE_NEWUSER: clone and unshare never get it (the
 // sandbox is in its own user namespace already; a nested one exposes
 // kernel code that needs CAP_SYS_ADMIN otherwise).
@@ -156,6 +175,16 @@ func rules(info *arch.Info, goarch string, caps []string) ([]rule, error) {
 	for name := range stricter {
 		if r, ok := byName[name]; ok {
 			*r = rule{nr: -1, errno: errnoEPERM}
+		}
+	}
+	for name, fams := range map[string][]uint64{"socket": socketFamilies, "socketpair": {afUnix}} {
+		r, ok := byName[name]
+		if !ok || (!r.allow && len(r.sets) == 0) {
+			continue
+		}
+		r.allow, r.sets = false, nil
+		for _, f := range fams {
+			r.sets = append(r.sets, []cond{{arg: 0, op: opEQ, val: f}})
 		}
 	}
 	noNewUser := cond{arg: 0, op: opMaskedEQ, val: cloneNewUser, two: 0}
