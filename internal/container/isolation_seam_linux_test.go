@@ -263,7 +263,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 	})
 
 	t.Run("A12_sys", func(t *testing.T) {
-		writes := []string{"openw:/sys/kernel/rcu_expedited", "openw:/sys/class/net/lo/mtu", "mkdir:/sys/fs/cgroup/dsec-probe", "mkdir:/sys/kernel/dsec-probe"}
+		writes := []string{"openw:/sys/kernel/rcu_expedited", "openw:/sys/kernel/rcu_normal", "mkdir:/sys/fs/cgroup/dsec-probe", "mkdir:/sys/kernel/dsec-probe"}
 		expect(t, "sandbox", probeIn(t, main, sysArgs(writes...)...), all(writes, "EROFS", "EACCES"))
 		expect(t, "host root (negative control)", e.hostProbe(t, nil, sysArgs(writes[:2]...)...), all(writes[:2], "OK"))
 		masked := []string{"/sys/firmware", "/sys/kernel/security", "/sys/kernel/debug", "/sys/kernel/tracing", "/sys/fs/bpf", "/sys/devices/virtual/powercap", "/sys/fs/cgroup"}

@@ -2,7 +2,6 @@ package container
 
 import "testing"
 
-func testNetwork(t *testing.T, e *isoEnv, main *Sandbox)   {}
 func testFileAPI(t *testing.T, e *isoEnv, main *Sandbox)   {}
 func testResources(t *testing.T, e *isoEnv, main *Sandbox) {}
 func testPrivilege(t *testing.T, e *isoEnv, main *Sandbox) {}

@@ -180,7 +180,10 @@ func buildDev(root string, shmBytes int64) error {
 // bindSys shows the host's /sys read-only, with the parts that say too
 // much about the host (or could be written through a writable submount)
 // masked by empty read-only tmpfs. A fresh sysfs cannot be mounted: the
-// network namespace is not owned by the sandbox's user namespace.
+// network namespace is not owned by the sandbox's user namespace. So the
+// network devices sysfs shows are the node's, not the sandbox's: among
+// them every sandbox's veth, named after its address (found by the
+// isolation test A34); they are masked too.
 func bindSys(root string) error {
 	target := filepath.Join(root, "sys")
 	if err := os.MkdirAll(target, 0o755); err != nil {
@@ -192,7 +195,7 @@ func bindSys(root string) error {
 	if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|nosuidNodevNoexec, ""); err != nil {
 		return err
 	}
-	for _, d := range []string{"fs/cgroup", "firmware", "kernel/security", "kernel/debug", "kernel/tracing", "fs/bpf", "fs/fuse/connections", "devices/virtual/powercap"} {
+	for _, d := range []string{"fs/cgroup", "firmware", "kernel/security", "kernel/debug", "kernel/tracing", "fs/bpf", "fs/fuse/connections", "devices/virtual/powercap", "class/net", "devices/virtual/net"} {
 		p := filepath.Join(target, d)
 		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
 			continue
