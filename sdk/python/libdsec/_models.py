@@ -54,6 +54,9 @@ class SandboxInfo:
     labels: dict[str, str] = field(default_factory=dict)
     ended_at: datetime | None = None
     reason: str = ""
+    # The network policy as the API reports it ({"egress": ..., "allow":
+    # [...]}), or None for the default (no egress).
+    network: dict[str, Any] | None = None
 
     @property
     def sandbox_id(self) -> str:
@@ -81,6 +84,7 @@ class SandboxInfo:
             labels=_str_map(d.get("labels")),
             ended_at=parse_time(d.get("ended_at")),
             reason=str(d.get("reason") or ""),
+            network=dict(d["network"]) if isinstance(d.get("network"), Mapping) else None,
         )
 
 

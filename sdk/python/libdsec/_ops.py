@@ -37,6 +37,13 @@ Op = Generator[Call, httpx.Response, T]
 # that order, then the others as given) or (role, ref) pairs, bottom first.
 LayersSpec = Union[Mapping[str, str], Sequence[tuple[str, str]]]
 
+# A sandbox's network policy: an egress mode ("none", "allowlist", "open")
+# or the API's NetworkPolicy as a mapping, {"egress": ..., "allow": [{"cidr"
+# or "host": ..., "proto": "tcp" | "udp", "ports": "443" | "8000-8100"}]}.
+NetworkSpec = Union[str, Mapping[str, Any]]
+
+_RULE_KEYS = ("cidr", "host", "proto", "ports")
+
 # A wait for a background process with no deadline is a series of waits of
 # this many seconds.
 WAIT_SLICE = 60.0
@@ -119,6 +126,7 @@ def create_body(
     metadata: Mapping[str, str] | None,
     labels: Mapping[str, str] | None,
     layers: LayersSpec | None = None,
+    network: NetworkSpec | None = None,
 ) -> dict[str, Any]:
     """The CreateSandboxRequest for Sandbox.create's arguments."""
     body: dict[str, Any] = {}
@@ -146,7 +154,53 @@ def create_body(
     merged = {**(str_map(labels, "labels") or {}), **(str_map(metadata, "metadata") or {})}
     if merged:
         body["labels"] = merged
+    if network is not None:
+        body["network"] = network_policy(network)
     return body
+
+
+def network_policy(network: NetworkSpec) -> dict[str, Any]:
+    """The API's NetworkPolicy for Sandbox.create's ``network``.
+
+    Only the shape is checked here; the server checks the values (and
+    answers InvalidArgumentError, code ``invalid_network_policy``).
+    """
+    if isinstance(network, str):
+        return {"egress": network}
+    if not isinstance(network, Mapping):
+        raise InvalidArgumentError(
+            f"network must be an egress mode (\"none\", \"allowlist\", \"open\") or a mapping, not {network!r}"
+        )
+    unknown = set(network) - {"egress", "allow"}
+    if unknown:
+        raise InvalidArgumentError(f"network has unknown keys {sorted(map(str, unknown))}; it takes egress and allow")
+    out: dict[str, Any] = {}
+    egress = network.get("egress")
+    if egress is not None:
+        if not isinstance(egress, str):
+            raise InvalidArgumentError(f"network egress must be a string, not {egress!r}")
+        out["egress"] = egress
+    allow = network.get("allow")
+    if allow is not None:
+        if isinstance(allow, (str, bytes, Mapping)) or not isinstance(allow, Iterable):
+            raise InvalidArgumentError("network allow must be a list of rules")
+        rules: list[dict[str, str]] = []
+        for rule in allow:
+            if not isinstance(rule, Mapping):
+                raise InvalidArgumentError(f"a network allow rule must be a mapping, not {rule!r}")
+            bad = set(rule) - set(_RULE_KEYS)
+            if bad:
+                raise InvalidArgumentError(f"network allow rule has unknown keys {sorted(map(str, bad))}; it takes {', '.join(_RULE_KEYS)}")
+            r: dict[str, str] = {}
+            for k, v in rule.items():
+                if k == "ports" and isinstance(v, int) and not isinstance(v, bool):
+                    v = str(v)
+                if not isinstance(v, str):
+                    raise InvalidArgumentError(f"network allow rule {k} must be a string, not {v!r}")
+                r[k] = v
+            rules.append(r)
+        out["allow"] = rules
+    return out
 
 
 def create_sandbox(body: dict[str, Any], timeout: float) -> Op[SandboxInfo]:

@@ -8,7 +8,7 @@ from typing import List, Mapping
 from . import _ops
 from ._http import Client
 from ._models import SandboxInfo
-from ._ops import LayersSpec
+from ._ops import LayersSpec, NetworkSpec
 from .commands import Commands
 from .errors import InvalidArgumentError
 from .files import Files
@@ -71,6 +71,7 @@ class Sandbox:
         *,
         labels: Mapping[str, str] | None = None,
         layers: LayersSpec | None = None,
+        network: NetworkSpec | None = None,
         client: Client | None = None,
     ) -> Sandbox:
         """Create a sandbox and wait until it runs.
@@ -85,6 +86,17 @@ class Sandbox:
                 name:version or layer IDs.
             timeout: time to live in seconds (extend it with set_timeout).
             cpu, memory_mb, disk_mb: resources; server defaults if None.
+            network: the network policy (container and VM tiers): an egress
+                mode, "none" (the default: no network), "allowlist" or
+                "open", or a mapping ``{"egress": ..., "allow": [rule, ...]}``
+                whose rules are ``{"cidr": "203.0.113.0/24"}`` or ``{"host":
+                "pypi.org"}``, optionally with ``"proto": "tcp"`` or ``"udp"``
+                and ``"ports": "443"`` or ``"8000-8100"``. Whatever it says,
+                a sandbox never reaches the node, other sandboxes or
+                metadata addresses, and private ranges only when a rule
+                names them. A bad policy raises InvalidArgumentError (code
+                ``invalid_network_policy``); egress on the function tier
+                raises UnsupportedError (``tier_has_no_network``).
             envs: environment for every command.
             metadata: labels to filter on in list() (``labels=`` is an alias).
             url, token: the server; defaults from $DSEC_URL / $DSEC_TOKEN or
@@ -96,6 +108,7 @@ class Sandbox:
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
+            network=network,
         )
         rt = request_timeout or c.options.request_timeout
         info = c.run(_ops.create_sandbox(body, rt))

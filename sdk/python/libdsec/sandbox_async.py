@@ -8,7 +8,7 @@ from typing import List, Mapping
 from . import _ops
 from ._http import AsyncClient
 from ._models import SandboxInfo
-from ._ops import LayersSpec
+from ._ops import LayersSpec, NetworkSpec
 from .commands import AsyncCommands
 from .errors import InvalidArgumentError
 from .files import AsyncFiles
@@ -67,6 +67,7 @@ class AsyncSandbox:
         *,
         labels: Mapping[str, str] | None = None,
         layers: LayersSpec | None = None,
+        network: NetworkSpec | None = None,
         client: AsyncClient | None = None,
     ) -> AsyncSandbox:
         """As :meth:`Sandbox.create <libdsec.Sandbox.create>`."""
@@ -74,6 +75,7 @@ class AsyncSandbox:
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
+            network=network,
         )
         rt = request_timeout or c.options.request_timeout
         info = await c.run(_ops.create_sandbox(body, rt))

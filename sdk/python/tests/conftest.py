@@ -9,6 +9,7 @@ that need no server (test_unit.py) run regardless.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,15 +141,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def dsec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DSecServer]:
     tmp = tmp_path_factory.mktemp("dsec")
     binary = Path(os.environ["DSEC_BIN"]) if os.environ.get("DSEC_BIN") else _build(tmp)
-    data_dir = tmp / "data"
+    # The data dir's path must be short: a container sandbox's agent
+    # listens on <data>/node/container/sandboxes/<id>/sock/agent.sock,
+    # which must fit in the 108 bytes of a unix socket address, and
+    # pytest's /tmp/pytest-of-<user>/pytest-<n>/dsec0/ leaves too little
+    # room once n has two digits.
+    short = Path(tempfile.mkdtemp(prefix="dsecpy"))
+    data_dir = short / "data"
     log = tmp / "dsec.log"
     _server_log.append(log)
     # Container sandboxes run as an unprivileged host uid that must walk
-    # down to their roots in the data dir: pytest's directories are 0700.
-    for d in [tmp, *tmp.parents]:
-        if d == Path(tempfile.gettempdir()) or d == d.parent:
-            break
-        d.chmod(d.stat().st_mode | 0o001)
+    # down to their roots in the data dir: temporary directories are 0700.
+    short.chmod(0o711)
     # A network, cgroup and id range of its own, apart from any DSec the
     # machine runs.
     config = tmp / "dsec.toml"
@@ -176,6 +180,13 @@ def dsec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DSecServer
         yield DSecServer(url=url, token=token, data_dir=data_dir, log=log, proc=proc)
     finally:
         _stop(proc)
+        # A daemon that did not stop cleanly may have left mounts in it:
+        # then the directory stays for a look (rmtree would descend into
+        # them).
+        with open("/proc/self/mounts") as f:
+            mounted = any(line.split()[1].startswith(f"{short}/") for line in f)
+        if not mounted:
+            shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture

@@ -233,6 +233,26 @@ def test_create_body() -> None:
                          envs=None, metadata=None, labels=None)
 
 
+def test_create_body_network() -> None:
+    def body(network: Any) -> dict[str, Any]:
+        return _ops.create_body(tier="container", image=None, timeout=None, cpu=None, memory_mb=None, disk_mb=None,
+                                envs=None, metadata=None, labels=None, network=network)
+
+    assert "network" not in body(None)
+    assert body("open")["network"] == {"egress": "open"}
+    policy = {"egress": "allowlist", "allow": [{"cidr": "203.0.113.0/24", "proto": "tcp", "ports": 443}, {"host": "pypi.org"}]}
+    assert body(policy)["network"] == {
+        "egress": "allowlist",
+        "allow": [{"cidr": "203.0.113.0/24", "proto": "tcp", "ports": "443"}, {"host": "pypi.org"}],
+    }
+    # The shape is checked here, the values by the server.
+    assert body({"egress": "sometimes"})["network"] == {"egress": "sometimes"}
+    for bad in (3, ["open"], {"egress": 1}, {"mode": "open"}, {"allow": {"cidr": "1.2.3.4"}},
+                {"allow": ["1.2.3.4"]}, {"allow": [{"cidr": "1.2.3.4", "port": "80"}]}, {"allow": [{"cidr": None}]}):
+        with pytest.raises(InvalidArgumentError):
+            body(bad)
+
+
 def test_list_params() -> None:
     p = _ops.list_params(metadata={"b": "2", "a": "1"}, state="running", tier="vm", limit=5, page_token="t")
     assert p == [("label", "a=1"), ("label", "b=2"), ("state", "running"), ("tier", "vm"), ("limit", "5"), ("page_token", "t")]

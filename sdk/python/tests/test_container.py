@@ -1,0 +1,202 @@
+"""The container tier through the SDK, against a real `dsec up` (conftest.py
+gives it a [container] section with a network and cgroup parent of its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import threading
+from typing import Iterator
+
+import pytest
+from conftest import Conn
+
+from libdsec import (
+    AsyncClient,
+    AsyncSandbox,
+    CommandExitError,
+    ConnectionError,
+    InvalidArgumentError,
+    NotFoundError,
+    Sandbox,
+    UnsupportedError,
+)
+
+
+@pytest.fixture
+def container(conn: Conn, labels: dict[str, str]) -> Iterator[Sandbox]:
+    """A container sandbox of the busybox image, killed after the test."""
+    sb = Sandbox.create(tier="container", image="busybox", memory_mb=128, disk_mb=64, metadata=labels, **conn)
+    try:
+        yield sb
+    finally:
+        sb.kill()
+
+
+def test_container_create_and_exec(container: Sandbox, conn: Conn, labels: dict[str, str]) -> None:
+    info = container.get_info()
+    assert container.tier == info.tier == "container"
+    assert info.state == "running" and info.image.startswith("busybox")
+    assert (info.memory_mb, info.disk_mb) == (128, 64)
+    assert info.network is None or info.network.get("egress", "none") == "none"
+    assert [s.id for s in Sandbox.list(metadata=labels, tier="container", **conn)] == [container.sandbox_id]
+
+    # A command line runs under /bin/sh -c; argv runs as given.
+    assert container.commands.run("echo $((6 * 7)) | tr 4 x").stdout == "x2\n"
+    assert container.commands.run(["id", "-u"]).stdout == "0\n"
+    assert container.commands.run(["cat"], stdin="piped\n").stdout == "piped\n"
+    r = container.commands.run("echo $A in $(pwd)", envs={"A": "b"}, cwd="/tmp")
+    assert r.stdout == "b in /tmp\n"
+    with pytest.raises(CommandExitError) as e:
+        container.commands.run("echo oops >&2; exit 3")
+    assert e.value.exit_code == 3 and e.value.stderr == "oops\n"
+    out: list[str] = []
+    container.commands.run("for i in 1 2 3; do echo $i; done", on_stdout=out.append)
+    assert "".join(out) == "1\n2\n3\n"
+
+
+def test_container_files(container: Sandbox) -> None:
+    data = bytes(range(256)) * 128  # every byte value (larger: see the next test)
+    info = container.files.write("/data/in/blob.bin", data)
+    assert info.path == "/data/in/blob.bin" and info.size == len(data)
+    assert container.files.read("/data/in/blob.bin", format="bytes") == data
+    # What the API writes, commands read; and the other way round.
+    r = container.commands.run(["sha256sum", "/data/in/blob.bin"])
+    assert r.stdout.split()[0] == hashlib.sha256(data).hexdigest()
+    container.commands.run("mkdir -p /data/out && echo from-a-command > /data/out/note.txt")
+    assert container.files.read("/data/out/note.txt") == "from-a-command\n"
+    # Files of the image are there, and may be replaced (copy-up).
+    assert container.files.get_info("/bin/busybox").size > 100_000
+    assert container.files.read("/etc/hostname") == container.sandbox_id + "\n"
+    container.files.write("/etc/motd", "welcome\n")
+    assert container.commands.run(["cat", "/etc/motd"]).stdout == "welcome\n"
+    names = sorted(e.path for e in container.files.list("/data", depth=2))
+    assert names == ["/data/in", "/data/in/blob.bin", "/data/out", "/data/out/note.txt"]
+    assert container.files.exists("/data/out/note.txt")
+    container.files.rename("/data/out/note.txt", "/data/in/note.txt")
+    container.files.remove("/data", recursive=True)
+    assert not container.files.exists("/data")
+    with pytest.raises(NotFoundError):
+        container.files.read("/data/in/note.txt")
+
+
+def test_container_large_file_download(container: Sandbox) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB
+    container.files.write("/tmp/big.bin", data)
+    assert container.commands.run(["sha256sum", "/tmp/big.bin"]).stdout.split()[0] == hashlib.sha256(data).hexdigest()
+    try:
+        got = container.files.read("/tmp/big.bin", format="bytes")
+    except ConnectionError as e:
+        # Reported, not hidden: the node opens the file with its RPC's
+        # context, which ends when the open returns (internal/node/files.go
+        # fileOpen; internal/node/rpc.go), and the container tier's reader
+        # is bound to it: reads past the first ~64 KiB fail.
+        pytest.xfail(f"known bug: container-tier downloads over ~64 KiB break off: {e}")
+    assert got == data
+
+
+def test_container_background_processes(container: Sandbox) -> None:
+    h = container.commands.run("read line; echo got $line", background=True)
+    assert h.pid in [p.pid for p in container.commands.list()]
+    h.send_stdin("hello\n")
+    assert h.wait(timeout=10).stdout == "got hello\n"
+
+    sleeper = container.commands.run(["sleep", "1000"], background=True)
+    assert container.commands.connect(sleeper.pid).info().state == "running"
+    assert sleeper.kill() is True
+    with pytest.raises(CommandExitError) as e:
+        sleeper.wait(timeout=10)
+    assert e.value.exit_code != 0
+    # Its process is gone from the sandbox.
+    ps = container.commands.run("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
+    assert "sleep 1000" not in ps
+
+
+def test_container_writes_are_its_own(conn: Conn, labels: dict[str, str]) -> None:
+    with Sandbox.create(tier="container", image="busybox", metadata=labels, **conn) as a, Sandbox.create(
+        tier="container", image="busybox", metadata=labels, **conn
+    ) as b:
+        a.files.write("/root/secret.txt", "a's\n")
+        assert a.files.exists("/root/secret.txt")
+        assert not b.files.exists("/root/secret.txt")
+        assert b.commands.run("cat /root/secret.txt 2>&1 || true").stdout.endswith("No such file or directory\n")
+
+
+def _node_address() -> str:
+    """The node's address on its default route (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        u.connect(("198.51.100.1", 9))
+        addr = u.getsockname()[0]
+    assert not addr.startswith("127."), f"the node has no address but loopback: {addr}"
+    return str(addr)
+
+
+def test_container_network_policy(conn: Conn, labels: dict[str, str]) -> None:
+    # No egress by default: the resolver file says so, and the node is not
+    # reachable, though it listens on all its addresses (the test's own
+    # connection to it is the proof that it does).
+    srv = socket.socket()
+    srv.bind(("0.0.0.0", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.sendall(b"ok\n")
+            c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        with Sandbox.create(tier="container", image="busybox", network="none", metadata=labels, **conn) as sb:
+            assert "no network egress" in sb.files.read("/etc/resolv.conf")
+            node = _node_address()
+            with socket.create_connection((node, port), timeout=2) as c:
+                assert c.recv(3) == b"ok\n"
+            r = sb.commands.run(f"timeout 5 nc {node} {port}; echo rc=$?")
+            assert "ok" not in r.stdout and "rc=0" not in r.stdout, r
+    finally:
+        srv.close()
+
+    policy = {"egress": "allowlist", "allow": [{"cidr": "198.51.100.7"}, {"cidr": "203.0.113.0/28", "proto": "tcp", "ports": 443}]}
+    with Sandbox.create(tier="container", image="busybox", network=policy, metadata=labels, **conn) as sb:
+        got = sb.get_info().network
+        assert got is not None and got["egress"] == "allowlist"
+        assert got["allow"] == [
+            {"cidr": "198.51.100.7"},
+            {"cidr": "203.0.113.0/28", "proto": "tcp", "ports": "443"},
+        ]
+
+    with Sandbox.create(tier="container", image="busybox", network="open", metadata=labels, **conn) as sb:
+        assert sb.get_info().network == {"egress": "open"}
+
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create(tier="container", image="busybox", network="sometimes", metadata=labels, **conn)
+    assert e.value.code == "invalid_network_policy"
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create(tier="container", image="busybox", network={"egress": "allowlist", "allow": [{"cidr": "10.0.0.0/33"}]}, metadata=labels, **conn)
+    assert e.value.code == "invalid_network_policy"
+    with pytest.raises(UnsupportedError) as u:
+        Sandbox.create(tier="function", network="open", metadata=labels, **conn)
+    assert u.value.code == "tier_has_no_network"
+    # Nothing was made by the refused creates.
+    assert [s.state for s in Sandbox.list(metadata=labels, state="running", **conn)] == []
+
+
+def test_container_async(conn: Conn, labels: dict[str, str]) -> None:
+    async def one(i: int) -> str:
+        async with await AsyncSandbox.create(tier="container", image="busybox", network="none", metadata=labels, **conn) as sb:
+            await sb.files.write(f"/tmp/{i}.txt", f"task-{i}")
+            return (await sb.commands.run(f"cat /tmp/{i}.txt")).stdout
+
+    async def main() -> list[str]:
+        try:
+            return list(await asyncio.gather(*(one(i) for i in range(4))))
+        finally:
+            await AsyncClient.aclose_shared()
+
+    assert asyncio.run(main()) == [f"task-{i}" for i in range(4)]
