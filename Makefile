@@ -11,7 +11,7 @@ TOOLS   := internal/builtin/assets/dsectools.wasm
 GUEST   := internal/builtin/assets/dsec-guest
 DATA    ?= /var/lib/dsec
 
-.PHONY: all build up test unit race lint python bench deps-runtime deps-test clean FORCE
+.PHONY: all build up test unit race lint python bench bench-container deps-runtime deps-test deps-bench clean FORCE
 
 all: build
 
@@ -20,6 +20,9 @@ deps-runtime:
 
 deps-test:
 	@scripts/deps.sh test
+
+deps-bench:
+	@scripts/deps.sh bench
 
 # The function tier's tools, compiled to WebAssembly and embedded in dsec.
 $(TOOLS): $(shell find tools/wasm -name '*.go') go.mod
@@ -55,7 +58,7 @@ test: deps-test lint race python
 
 # In-process benchmarks, then the whole system measured through its API by
 # `dsec bench` against a fresh `dsec up` (figures: docs/bench.md).
-bench: build
+bench: deps-bench build bench-container
 	$(GO) test -run '^$$' -bench 'InstantiateGoTool' -benchtime 2s ./internal/wasmopt/
 	$(GO) test -run '^$$' -bench 'CallTiny|CallGoTool' -benchtime 2s -cpu 1,2 ./internal/function/
 	$(GO) test -run '^$$' -bench 'IdleSandboxMemory' -benchtime 3x ./internal/function/
@@ -63,6 +66,16 @@ bench: build
 	$(GO) test -run '^$$' -bench 'MountLayer|RootAssembly' -benchtime 2000x ./internal/layercache/
 	$(GO) test -run '^$$' -bench 'PageCacheShared' -benchtime 1x ./internal/layercache/
 	scripts/bench.sh $(BIN) --concurrency 1,2,8,32 --duration 5s --idle-sandboxes 4000
+
+# The container tier (issue 4): DSec against crun and runc of the same
+# root, exec round trips, where a create's time goes, 4,000 idle sandboxes,
+# then the same through the Python SDK against a fresh `dsec up`.
+bench-container: deps-bench build
+	$(GO) test -run '^$$' -bench 'VsOCI' -benchtime 10x -timeout 30m ./internal/container/
+	$(GO) test -run '^$$' -bench '^BenchmarkExec$$' -benchtime 2000x ./internal/container/
+	$(GO) test -run '^$$' -bench 'CreatePhases' -benchtime 300x ./internal/container/
+	$(GO) test -run '^$$' -bench 'Density' -benchtime 1x -timeout 60m ./internal/container/
+	/usr/bin/python3 sdk/python/bench/bench_container.py --dsec $(BIN)
 
 clean:
 	rm -rf bin $(TOOLS) $(GUEST)

@@ -2,15 +2,25 @@
 # Installs the Debian packages DSec needs, only those missing.
 #   scripts/deps.sh runtime   what `dsec up` needs
 #   scripts/deps.sh test      what `make test` needs on top
+#   scripts/deps.sh bench     what `make bench` needs on top: the test set,
+#                             and crun and runc, the baselines the container
+#                             tier is measured against
 set -euo pipefail
 
 runtime=(ca-certificates erofs-utils busybox-static debootstrap)
 test=(python3 python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr)
+bench=(crun runc)
 
 want=("${runtime[@]}")
-if [ "${1:-runtime}" = test ]; then
-	want+=("${test[@]}")
-fi
+case "${1:-runtime}" in
+runtime) ;;
+test) want+=("${test[@]}") ;;
+bench) want+=("${test[@]}" "${bench[@]}") ;;
+*)
+	echo "usage: scripts/deps.sh [runtime|test|bench]" >&2
+	exit 2
+	;;
+esac
 
 missing=()
 for p in "${want[@]}"; do

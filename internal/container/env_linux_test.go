@@ -200,6 +200,9 @@ func (r *testRuntime) Close(ctx context.Context) error {
 type runtimeOptions struct {
 	noSeccomp bool
 	pool      int
+	// netRange, if set, replaces the /24 of names (the density benchmark
+	// needs thousands of addresses); it must not overlap 10.224.0.0/12.
+	netRange netip.Prefix
 }
 
 // newRuntime makes a runtime over dir. At the test's end it is closed,
@@ -209,6 +212,9 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 	w := world.get(t)
 	ctx := context.Background()
 	nm, rng := names(dir)
+	if ro.netRange.IsValid() {
+		rng = ro.netRange
+	}
 	log := testLogger(t)
 	cg, err := cgroups.New(ctx, cgroups.Options{Parent: nm.CgroupParent, Logger: log})
 	if err != nil {
