@@ -20,6 +20,18 @@ const sessionIdle = time.Minute
 // readSession is an open file being downloaded in chunks. Reads are
 // sequential; the reader asks for the offset it expects so that a retried
 // or duplicated request is detected.
+// cancelOnClose ends a download's context when the download is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
 type readSession struct {
 	sandbox string
 	f       io.ReadCloser
@@ -102,10 +114,15 @@ func (a *Agent) fileOpen(ctx context.Context, r noderpc.FileRequest) (noderpc.Op
 	if err != nil {
 		return noderpc.OpenResponse{}, err
 	}
-	f, info, err := fs.Open(ctx, r.Path)
+	// The download outlives this RPC (its reads are later RPCs): its
+	// context ends when the session is closed, not when the open returns.
+	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f, info, err := fs.Open(octx, r.Path)
 	if err != nil {
+		cancel()
 		return noderpc.OpenResponse{}, err
 	}
+	f = cancelOnClose{ReadCloser: f, cancel: cancel}
 	h := nats.NewInbox()[len("_INBOX."):]
 	a.mu.Lock()
 	a.reads[h] = &readSession{sandbox: r.ID, f: f, used: time.Now()}
