@@ -70,6 +70,10 @@ func main() {
 		unixconn(args[0])
 	case "nested":
 		nested(args)
+	case "alloc":
+		alloc(atoi(args[0]))
+	case "files":
+		files(args[0], atoi(args[1]))
 	default:
 		fmt.Fprintf(os.Stderr, "probe: unknown subcommand %q\n", os.Args[1])
 		os.Exit(2)
@@ -720,4 +724,30 @@ func nested(args []string) {
 	}
 	fmt.Printf("clone=%s\n", errName(err))
 	fmt.Print(out.String())
+}
+
+// alloc allocates mib MiB and touches every page of it.
+func alloc(mib int) {
+	b := make([]byte, mib<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	fmt.Printf("allocated=%d\n", mib)
+}
+
+// files creates up to n empty files in dir, until one fails.
+func files(dir string, n int) {
+	_ = os.MkdirAll(dir, 0o755)
+	created := 0
+	var err error
+	for ; created < n; created++ {
+		var fd int
+		fd, err = unix.Open(filepath.Join(dir, strconv.Itoa(created)), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			break
+		}
+		unix.Close(fd)
+	}
+	fmt.Printf("created=%d\nerr=%s\n", created, errName(err))
+	_ = os.RemoveAll(dir)
 }
