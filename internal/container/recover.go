@@ -7,12 +7,25 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/guest"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
+
+// Recovery bounds. Each agent has adoptTimeout to answer: one that does
+// not (broken, or hostile: the agent is trusted by nobody) has its
+// sandbox removed. Sandboxes are adopted adoptParallel at a time, so that
+// slow agents delay the node's start by adoptTimeout, not by that much
+// each (one at a time, a hundred frozen agents kept a node from starting
+// for 50 minutes, 30 s each: the agent client's call timeout).
+// adoptTimeout is a variable for tests.
+var adoptTimeout = 10 * time.Second
+
+const adoptParallel = 32
 
 // Recover implements sandbox.Runtime: it re-adopts the sandboxes a
 // previous node agent left running — their processes, mounts, cgroups and
@@ -24,20 +37,50 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []sandbox.Sandbox
-	for _, e := range ents {
-		dir := filepath.Join(base, e.Name())
-		sb, err := r.adopt(ctx, dir)
-		if err != nil {
-			r.log.Warn("removing a sandbox that cannot be re-adopted", "sandbox", e.Name(), "err", err)
-			r.scrap(ctx, e.Name(), dir)
-			continue
-		}
-		r.mu.Lock()
-		r.sandboxes[sb.id] = sb
-		r.mu.Unlock()
-		out = append(out, sb)
+	adopted := make([]*Sandbox, len(ents))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, adoptParallel)
+	for i, e := range ents {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			dir := filepath.Join(base, e.Name())
+			actx, cancel := context.WithTimeout(ctx, adoptTimeout)
+			sb, err := r.adopt(actx, dir)
+			cancel()
+			switch {
+			case err == nil:
+				adopted[i] = sb
+			case ctx.Err() != nil:
+				// The caller gave up (the node is stopping), not the
+				// sandbox: the next start adopts it.
+			default:
+				r.log.Warn("removing a sandbox that cannot be re-adopted", "sandbox", e.Name(), "err", err)
+				r.scrap(context.WithoutCancel(ctx), e.Name(), dir)
+			}
+		}()
 	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		// Sandboxes not adopted for want of time must not be swept.
+		for _, sb := range adopted {
+			if sb != nil {
+				sb.detach()
+			}
+		}
+		return nil, err
+	}
+	var out []sandbox.Sandbox
+	r.mu.Lock()
+	for _, sb := range adopted {
+		if sb != nil {
+			r.sandboxes[sb.id] = sb
+			out = append(out, sb)
+		}
+	}
+	r.mu.Unlock()
 	// What no adopted sandbox owns goes: networks (namespaces, veths,
 	// nftables elements) and cgroups, killing any process left in them.
 	live := make([]string, len(out))
@@ -74,20 +117,24 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	if procs, err := cg.Procs(); err != nil || !slices.Contains(procs, st.Pid) {
 		return nil, errors.New("its first process is gone")
 	}
+	// The agent answers before the root is taken over: releasing a root
+	// unmounts it, which must not happen to a sandbox that runs on (one
+	// whose adoption the caller cancelled).
+	client, err := dialAgent(ctx, filepath.Join(dir, "sock", guest.SockName), r.log)
+	if err != nil {
+		return nil, err
+	}
 	upper := filepath.Join(dir, "upper")
 	// Taking the root again adopts the overlay that is still mounted.
 	rootfs, releaseRoot, err := r.opt.Layers.Root(ctx, st.Spec.ID, st.Spec.Image.Layers, upper)
 	if err != nil {
+		client.Close()
 		return nil, err
 	}
 	if rootfs != st.Rootfs {
+		client.Close()
 		releaseRoot()
 		return nil, errors.New("its root moved")
-	}
-	client, err := dialAgent(ctx, filepath.Join(dir, "sock", guest.SockName), r.log)
-	if err != nil {
-		releaseRoot()
-		return nil, err
 	}
 	pid := st.Pid
 	return &Sandbox{rt: r, id: st.Spec.ID, dir: dir, state: st, client: client, cg: cg,

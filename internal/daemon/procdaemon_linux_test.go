@@ -117,6 +117,25 @@ type procDaemon struct {
 // until it serves.
 func startProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
 	t.Helper()
+	d := launchProcDaemon(t, cfg)
+	addr, ok := waitFile(filepath.Join(cfg.DataDir, AddrFile), 2*time.Minute, d.exited)
+	if !ok {
+		t.Fatalf("the daemon did not start; its log:\n%s", d.logs.tail(16<<10))
+	}
+	tok, err := auth.Load(cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.c, err = client.New("http://"+addr, tok); err != nil {
+		t.Fatal(err)
+	}
+	(&up{t: t, c: d.c}).waitHealthy()
+	return d
+}
+
+// launchProcDaemon starts `dsec up` with cfg in a child process.
+func launchProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
+	t.Helper()
 	_ = os.Remove(filepath.Join(cfg.DataDir, AddrFile)) // a killed daemon's
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -140,18 +159,6 @@ func startProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
 			t.Logf("daemon (pid %d) log:\n%s", d.cmd.Process.Pid, d.logs.tail(16<<10))
 		}
 	})
-	addr, ok := waitFile(filepath.Join(cfg.DataDir, AddrFile), 2*time.Minute, d.exited)
-	if !ok {
-		t.Fatalf("the daemon did not start; its log:\n%s", d.logs.tail(16<<10))
-	}
-	tok, err := auth.Load(cfg.DataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.c, err = client.New("http://"+addr, tok); err != nil {
-		t.Fatal(err)
-	}
-	(&up{t: t, c: d.c}).waitHealthy()
 	return d
 }
 
@@ -162,7 +169,9 @@ func (d *procDaemon) kill() {
 		d.t.Fatal(err)
 	}
 	<-d.exited
-	d.c.CloseIdleConnections()
+	if d.c != nil {
+		d.c.CloseIdleConnections()
+	}
 }
 
 // stop asks the daemon to shut down (SIGTERM) and checks it exits
@@ -177,7 +186,9 @@ func (d *procDaemon) stop() {
 		_ = d.cmd.Process.Kill()
 		<-d.exited
 	}
-	d.c.CloseIdleConnections()
+	if d.c != nil {
+		d.c.CloseIdleConnections()
+	}
 	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
 		d.t.Errorf("the daemon exited with status %d", code)
 	}

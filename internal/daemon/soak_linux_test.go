@@ -304,7 +304,8 @@ func TestContainerSoakWithCrash(t *testing.T) {
 // at a random moment while 20 creates are in flight, and checks after
 // each restart that the startup sweep removed every half-made sandbox
 // (mounts, cgroups, namespaces, veths, nftables elements, processes)
-// while the sandboxes whose create returned run on.
+// while the sandboxes whose create returned run on. In the last round the
+// restarted daemon is killed again while it recovers.
 func TestContainerCrashDuringCreate(t *testing.T) {
 	dir := shortTempDir(t)
 	h := newContainerHost(1)
@@ -347,6 +348,15 @@ func TestContainerCrashDuringCreate(t *testing.T) {
 		wg.Wait()
 		if t.Failed() {
 			return
+		}
+		if round == 2 {
+			// Killed again while it starts: during recovery, or while the
+			// control plane reconciles.
+			d = launchProcDaemon(t, cfg)
+			time.Sleep(time.Duration(200+rand.IntN(1300)) * time.Millisecond)
+			_, served := os.Stat(filepath.Join(dir, AddrFile))
+			d.kill()
+			t.Logf("killed the restarted daemon again (serving: %v)", served == nil)
 		}
 		d = startProcDaemon(t, cfg)
 		running = settle(t, d.c)
@@ -599,7 +609,7 @@ func checkHostMatches(t *testing.T, dir string, h containerHost, cal calibration
 			"uppers": s.uppers, "state directories": s.dirs, "network records": s.netRecords,
 		} {
 			if !maps.Equal(got, want) {
-				problems = append(problems, fmt.Sprintf("%s: extra %v, missing %v", what, diff(got, want), diff(want, got)))
+				problems = append(problems, fmt.Sprintf("%s: extra %v, missing %v", what, missingKeys(got, want), missingKeys(want, got)))
 			}
 		}
 		if s.links != len(want)+h.Pool {
@@ -633,7 +643,7 @@ func checkHostMatches(t *testing.T, dir string, h containerHost, cal calibration
 			}
 		}
 		if len(guests) != len(want) {
-			problems = append(problems, fmt.Sprintf("%d sandbox agents run, want %d: missing %v", len(guests), len(want), diff(want, guests)))
+			problems = append(problems, fmt.Sprintf("%d sandbox agents run, want %d: missing %v", len(guests), len(want), missingKeys(want, guests)))
 		}
 		problems = append(problems, s.other...)
 		if len(problems) == 0 {
@@ -663,8 +673,8 @@ func procSandbox(p testenv.Proc, parent string) string {
 	return ""
 }
 
-// diff lists the keys of a missing from b.
-func diff(a, b map[string]bool) []string {
+// missingKeys lists the keys of a missing from b.
+func missingKeys(a, b map[string]bool) []string {
 	var out []string
 	for k := range a {
 		if !b[k] {
