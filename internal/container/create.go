@@ -27,6 +27,9 @@ import (
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
+// maxSockPath is the size of sockaddr_un's sun_path.
+const maxSockPath = 108
+
 // Create implements sandbox.Runtime. Everything it builds is undone if a
 // later step fails.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
@@ -52,6 +55,13 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	ctx, cancel := context.WithTimeout(ctx, r.opt.ReadyTimeout)
 	defer cancel()
 	dir := r.sandboxDir(spec.ID)
+	// The agent's socket path must fit in a unix socket address (108
+	// bytes with its NUL); a longer one failed deep in the sandbox's
+	// setup, with "bind: invalid argument".
+	if sock := filepath.Join(dir, "sock", guest.SockName); len(sock) >= maxSockPath {
+		return nil, errdefs.New(errdefs.Invalid, "sandbox_id_too_long",
+			"sandbox ID %q is too long for this node: its agent's socket, %s, would be %d bytes long, at most %d fit", spec.ID, sock, len(sock), maxSockPath-1)
+	}
 	// Searchable, not listable, by the sandbox's root (see reachable).
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("creating sandbox directory: %w", err)
