@@ -60,7 +60,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	// setup, with "bind: invalid argument".
 	if sock := filepath.Join(dir, "sock", guest.SockName); len(sock) >= maxSockPath {
 		return nil, errdefs.New(errdefs.Invalid, "sandbox_id_too_long",
-			"sandbox ID %q is too long for this node: its agent's socket, %s, would be %d bytes long, at most %d fit", spec.ID, sock, len(sock), maxSockPath-1)
+			"sandbox ID %q is too long for this node's state directory: its agent's socket path would be %d bytes long, at most %d fit", spec.ID, len(sock), maxSockPath-1)
 	}
 	// Searchable, not listable, by the sandbox's root (see reachable).
 	if err := os.Mkdir(dir, 0o711); err != nil {
