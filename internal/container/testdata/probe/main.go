@@ -439,7 +439,7 @@ func fds() {
 
 // ids prints who this process is.
 func ids() {
-	fmt.Printf("uid=%d euid=%d gid=%d egid=%d\n", unix.Getuid(), unix.Geteuid(), unix.Getgid(), unix.Getegid())
+	fmt.Printf("uid=%d\neuid=%d\ngid=%d\negid=%d\n", unix.Getuid(), unix.Geteuid(), unix.Getgid(), unix.Getegid())
 	b, _ := os.ReadFile("/proc/self/status")
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, ok := strings.Cut(line, ":")

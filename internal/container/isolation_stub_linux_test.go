@@ -1,5 +1,0 @@
-package container
-
-import "testing"
-
-func testPrivilege(t *testing.T, e *isoEnv, main *Sandbox) {}
