@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -130,6 +131,9 @@ func startProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
 		t.Fatal(err)
 	}
 	(&up{t: t, c: d.c}).waitHealthy()
+	if !slices.ContainsFunc(daemonProcs(cfg.DataDir), func(p testenv.Proc) bool { return p.Pid == d.cmd.Process.Pid }) {
+		t.Fatalf("daemonProcs does not find the daemon (pid %d)", d.cmd.Process.Pid)
+	}
 	return d
 }
 

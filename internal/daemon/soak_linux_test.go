@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -697,7 +698,7 @@ func noContainerLeftovers(t *testing.T, dir string, h containerHost) {
 	testenv.NoMountsUnder(t, dir)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		procs := testenv.SandboxProcs(h.IDBase, h.IDCount, h.CgroupParent)
+		procs := append(testenv.SandboxProcs(h.IDBase, h.IDCount, h.CgroupParent), daemonProcs(dir)...)
 		if len(procs) == 0 {
 			break
 		}
@@ -721,4 +722,18 @@ func noContainerLeftovers(t *testing.T, dir string, h containerHost) {
 	}
 	_ = os.Remove(filepath.Join("/run/dsec/network", h.Net))
 	_ = os.Remove(filepath.Join("/run/dsec/network", h.Net+".lock"))
+}
+
+// daemonProcs lists the processes of the test daemons on dir: the
+// daemons, and any child they forked that has not exec'd yet (a sandbox
+// stuck before it became the agent), which still has their environment.
+func daemonProcs(dir string) []testenv.Proc {
+	var out []testenv.Proc
+	for _, p := range testenv.Procs() {
+		env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.Pid), "environ"))
+		if err == nil && strings.Contains(string(env), "DSEC_TEST_DAEMON=") && strings.Contains(string(env), `"DataDir":"`+dir+`"`) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
