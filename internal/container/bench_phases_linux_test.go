@@ -170,7 +170,8 @@ func benchPhases(b *testing.B, pool int) {
 		rows = append(rows, []string{k, fmt.Sprintf("%.3f", pct(s, 50)), fmt.Sprintf("%.3f", pct(s, 90))})
 	}
 	if b.N > 1 { // not for the framework's 1-iteration probe
-		printTable(fmt.Sprintf("%s: %d sandboxes, one at a time (the create rows above \"create\" sum to it)", b.Name(), b.N), rows)
+		self := procFields("/proc/self/status", "VmRSS")
+		printTable(fmt.Sprintf("%s: %d sandboxes, one at a time (the create rows above \"create\" sum to it); the node (test) process: VmRSS %d MiB", b.Name(), b.N, self["VmRSS"]/1024), rows)
 	}
 	b.ReportMetric(pct(samples["create (to ready)"], 50), "ready-p50-ms")
 	b.ReportMetric(pct(samples["start: fork → agent greeted, and the rest"], 50), "start-p50-ms")

@@ -214,6 +214,21 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 		}
 	})
 
+	t.Run("A9_cgroup_release_agent", func(t *testing.T) {
+		calls := []string{"mount-cgroup:/tmp/cg", "mount-cgroup:/tmp/cg2,pids", "mount-cgroup:/tmp/cg3,memory"}
+		expect(t, "sandbox", probeIn(t, main, sysArgs(calls...)...), all(calls, "EPERM"))
+		if res := run(t, main, sh("find /sys /proc -maxdepth 4 -name release_agent 2>/dev/null")...); strings.TrimSpace(res.Stdout) != "" {
+			t.Errorf("release_agent files in the sandbox: %q", res.Stdout)
+		}
+		writes := []string{"write:/sys/fs/cgroup/notify_on_release,1", "write:/sys/fs/cgroup/release_agent,/tmp/x", "mkdir:/sys/fs/cgroup/x"}
+		expect(t, "sandbox", probeIn(t, main, sysArgs(writes...)...), all(writes, "EROFS", "ENOENT", "EACCES"))
+		// Negative control: host root mounts the pids hierarchy (in a
+		// mount namespace of its own) and finds release_agent at its root.
+		h := t.TempDir()
+		out := hostRun(t, privateMounts, "/bin/sh", "-c", `"$1" sys mount-cgroup="$2",pids && test -f "$2"/release_agent && echo release_agent=found`, "sh", e.p.host, h)
+		expect(t, "host root in a mount namespace (negative control)", parseKV(out), map[string][]string{"mount-cgroup:" + h + ",pids": {"OK"}, "release_agent": {"found"}})
+	})
+
 	t.Run("A10_sysctl", func(t *testing.T) {
 		const core = "/proc/sys/kernel/core_pattern"
 		before, err := os.ReadFile(core)

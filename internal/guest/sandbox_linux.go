@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -77,7 +79,41 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		ln.Close()
 		return nil, cfg, err
 	}
+	reserveThreads(reservedThreads)
 	return ln, cfg, nil
+}
+
+// reservedThreads is how many idle OS threads the agent starts with.
+const reservedThreads = 12
+
+// reserveThreads makes the Go runtime start n OS threads now and leaves
+// them idle. The runtime keeps idle threads, takes one whenever a
+// goroutine blocks in a system call, and starts a new one only when none
+// is idle; if it cannot (EAGAIN), it dies ("failed to create new OS
+// thread"). A fork bomb in the sandbox holds every pid its pids.max
+// allows, so without threads in reserve it killed the agent, PID 1, and
+// the sandbox with it (found by the isolation test A45). Each thread
+// costs the runtime about 20 KiB.
+func reserveThreads(n int) {
+	var locked, unlocked sync.WaitGroup
+	release := make(chan struct{})
+	locked.Add(n)
+	unlocked.Add(n)
+	for range n {
+		go func() {
+			defer unlocked.Done()
+			// Locked, each goroutine holds a thread of its own until all
+			// are; unlocked before it returns, the thread goes idle (a
+			// goroutine that exits locked takes its thread with it).
+			runtime.LockOSThread()
+			locked.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	close(release)
+	unlocked.Wait()
 }
 
 const nosuidNodevNoexec = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC

@@ -146,8 +146,13 @@ func check(name string, a []string) error {
 		_ = os.MkdirAll(arg(0), 0o755)
 		return unix.Mount("proc", arg(0), "proc", 0, "")
 	case "mount-cgroup":
+		// A v1 hierarchy (rdma unless named), whose root has release_agent.
 		_ = os.MkdirAll(arg(0), 0o755)
-		return unix.Mount("cgroup", arg(0), "cgroup", 0, "rdma")
+		opts := "rdma"
+		if len(a) > 1 {
+			opts = a[1]
+		}
+		return unix.Mount("cgroup", arg(0), "cgroup", 0, opts)
 	case "umount":
 		return unix.Unmount(arg(0), unix.MNT_DETACH)
 	case "chroot":
