@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-__all__ = ["SandboxInfo", "CommandResult", "ProcessInfo", "EntryInfo", "LayerInfo", "ImageInfo"]
+__all__ = ["SandboxInfo", "SandboxStats", "CommandResult", "ProcessInfo", "EntryInfo", "LayerInfo", "ImageInfo"]
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 
@@ -85,6 +85,47 @@ class SandboxInfo:
             ended_at=parse_time(d.get("ended_at")),
             reason=str(d.get("reason") or ""),
             network=dict(d["network"]) if isinstance(d.get("network"), Mapping) else None,
+        )
+
+
+@dataclass
+class SandboxStats:
+    """A running sandbox's resource use (the ``SandboxStats`` schema), as its
+    node measures it from outside the sandbox, and the limits it hit.
+
+    Sizes are bytes. A limit of 0 means the tier does not report it;
+    ``memory_peak_bytes`` is 0 where the tier keeps no peak. ``processes``
+    counts tasks (processes and threads; on the function tier, the calls
+    running now). ``disk_bytes`` is what was written to the sandbox's
+    writable layer. ``oom_kills`` counts processes killed at the memory
+    limit, ``pids_limited`` forks refused at the process limit.
+    """
+
+    memory_bytes: int
+    cpu_seconds: float
+    processes: int
+    disk_bytes: int
+    memory_peak_bytes: int = 0
+    memory_limit_bytes: int = 0
+    disk_limit_bytes: int = 0
+    disk_full: bool = False
+    oom_kills: int = 0
+    pids_limited: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> SandboxStats:
+        # The optional fields are omitted when zero (Go's omitempty).
+        return cls(
+            memory_bytes=int(d.get("memory_bytes") or 0),
+            cpu_seconds=float(d.get("cpu_seconds") or 0),
+            processes=int(d.get("processes") or 0),
+            disk_bytes=int(d.get("disk_bytes") or 0),
+            memory_peak_bytes=int(d.get("memory_peak_bytes") or 0),
+            memory_limit_bytes=int(d.get("memory_limit_bytes") or 0),
+            disk_limit_bytes=int(d.get("disk_limit_bytes") or 0),
+            disk_full=bool(d.get("disk_full")),
+            oom_kills=int(d.get("oom_kills") or 0),
+            pids_limited=int(d.get("pids_limited") or 0),
         )
 
 

@@ -17,7 +17,7 @@ import httpx
 
 from ._calls import Body, BodyData, Call
 from ._config import SERVER_COMMAND_TIMEOUT
-from ._models import CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo
+from ._models import CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo, SandboxStats
 from .errors import (
     CommandExitError,
     ConflictError,
@@ -287,6 +287,11 @@ def kill_sandbox(sandbox_id: str, timeout: float) -> Op[bool]:
     except NotFoundError:
         return False
     return True
+
+
+def sandbox_stats(sandbox_id: str, timeout: float) -> Op[SandboxStats]:
+    resp = yield Call("GET", sandbox_path(sandbox_id, "stats"), timeout)
+    return SandboxStats.from_json(json_body(resp))
 
 
 def set_timeout(sandbox_id: str, seconds: int, timeout: float) -> Op[SandboxInfo]:

@@ -7,7 +7,7 @@ from typing import List, Mapping
 
 from . import _ops
 from ._http import Client
-from ._models import SandboxInfo
+from ._models import SandboxInfo, SandboxStats
 from ._ops import LayersSpec, NetworkSpec
 from .commands import Commands
 from .errors import InvalidArgumentError
@@ -189,6 +189,14 @@ class Sandbox:
 
     def is_running(self) -> bool:
         return self._client.run(_ops.is_running(self.sandbox_id, self._rt))
+
+    def stats(self) -> SandboxStats:
+        """The sandbox's resource use now, and the limits it hit.
+
+        Measured by its node from outside the sandbox. NotFoundError if it
+        is gone (SandboxNotRunningError once it has ended).
+        """
+        return self._client.run(_ops.sandbox_stats(self.sandbox_id, self._rt))
 
     def set_timeout(self, timeout: int) -> SandboxInfo:
         """Make the sandbox expire ``timeout`` seconds from now."""

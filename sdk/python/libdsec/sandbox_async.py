@@ -7,7 +7,7 @@ from typing import List, Mapping
 
 from . import _ops
 from ._http import AsyncClient
-from ._models import SandboxInfo
+from ._models import SandboxInfo, SandboxStats
 from ._ops import LayersSpec, NetworkSpec
 from .commands import AsyncCommands
 from .errors import InvalidArgumentError
@@ -148,6 +148,9 @@ class AsyncSandbox:
 
     async def is_running(self) -> bool:
         return await self._client.run(_ops.is_running(self.sandbox_id, self._rt))
+
+    async def stats(self) -> SandboxStats:
+        return await self._client.run(_ops.sandbox_stats(self.sandbox_id, self._rt))
 
     async def set_timeout(self, timeout: int) -> SandboxInfo:
         self._info = await self._client.run(_ops.set_timeout(self.sandbox_id, timeout, self._rt))

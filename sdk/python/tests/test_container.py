@@ -20,6 +20,8 @@ from libdsec import (
     InvalidArgumentError,
     NotFoundError,
     Sandbox,
+    SandboxNotRunningError,
+    SandboxStats,
     UnsupportedError,
 )
 
@@ -111,6 +113,70 @@ def test_container_background_processes(container: Sandbox) -> None:
     # Its process is gone from the sandbox.
     ps = container.commands.run("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
     assert "sleep 1000" not in ps
+
+
+def test_container_stats(container: Sandbox) -> None:
+    before = container.stats()
+    assert isinstance(before, SandboxStats)
+    # The limits it was made with (memory_mb=128, disk_mb=64), in bytes.
+    assert before.memory_limit_bytes == 128 << 20
+    assert before.disk_limit_bytes == 64 << 20
+    # The agent runs in it, so it uses memory and tasks from the start.
+    assert before.memory_bytes > 0 and before.processes >= 1
+    assert 0 <= before.disk_bytes < 1 << 20
+    assert before.memory_peak_bytes == 0 or before.memory_peak_bytes >= before.memory_bytes
+    assert (before.disk_full, before.oom_kills, before.pids_limited) == (False, 0, 0)
+
+    container.commands.run("dd if=/dev/zero of=/tmp/fill bs=1M count=2")
+    after = container.stats()
+    assert after.disk_bytes - before.disk_bytes >= 2 << 20
+    # The writable layer is a tmpfs whose pages are charged to the sandbox.
+    assert after.memory_bytes >= 2 << 20
+    assert after.memory_peak_bytes == 0 or after.memory_peak_bytes >= after.memory_bytes
+    assert after.cpu_seconds > 0 and after.cpu_seconds >= before.cpu_seconds
+    assert after.memory_limit_bytes == before.memory_limit_bytes and not after.disk_full
+
+    sleepers = [container.commands.run(["sleep", "1000"], background=True) for _ in range(3)]
+    try:
+        assert container.stats().processes >= after.processes + 3
+    finally:
+        for h in sleepers:
+            h.kill()
+
+
+def test_container_stats_disk_full(conn: Conn, labels: dict[str, str]) -> None:
+    with Sandbox.create(tier="container", image="busybox", disk_mb=16, metadata=labels, **conn) as sb:
+        r = sb.commands.run("dd if=/dev/zero of=/tmp/fill bs=1M count=32 2>&1; echo rc=$?")
+        assert "No space left on device" in r.stdout and "rc=0" not in r.stdout, r
+        st = sb.stats()
+        assert st.disk_full and st.disk_limit_bytes == 16 << 20
+        assert st.disk_limit_bytes - (64 << 10) < st.disk_bytes <= st.disk_limit_bytes
+        sb.files.remove("/tmp/fill")
+        st = sb.stats()
+        assert not st.disk_full and st.disk_bytes < 1 << 20
+    # An ended sandbox has no stats.
+    with pytest.raises(SandboxNotRunningError) as e:
+        sb.stats()
+    assert e.value.code == "sandbox_not_running"
+
+
+def test_container_stats_async(conn: Conn, labels: dict[str, str]) -> None:
+    async def main() -> tuple[SandboxStats, SandboxStats]:
+        try:
+            async with await AsyncSandbox.create(
+                tier="container", image="busybox", memory_mb=96, metadata=labels, **conn
+            ) as sb:
+                before = await sb.stats()
+                await sb.files.write("/root/blob.bin", b"\xa5" * (2 << 20))
+                return before, await sb.stats()
+        finally:
+            await AsyncClient.aclose_shared()
+
+    before, after = asyncio.run(main())
+    assert isinstance(after, SandboxStats)
+    assert before.memory_limit_bytes == after.memory_limit_bytes == 96 << 20
+    assert before.memory_bytes > 0 and before.processes >= 1
+    assert after.disk_bytes - before.disk_bytes >= 2 << 20
 
 
 def test_container_writes_are_its_own(conn: Conn, labels: dict[str, str]) -> None:

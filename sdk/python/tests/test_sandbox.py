@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from conftest import Conn
 
-from libdsec import AuthenticationError, InvalidArgumentError, NotFoundError, Sandbox, SandboxInfo
+from libdsec import (
+    AuthenticationError,
+    InvalidArgumentError,
+    NotFoundError,
+    Sandbox,
+    SandboxInfo,
+    SandboxNotRunningError,
+    SandboxStats,
+)
 
 
 def test_create_get_info(conn: Conn, labels: dict[str, str]) -> None:
@@ -79,6 +89,48 @@ def test_set_timeout(sandbox: Sandbox) -> None:
     assert abs((sandbox.get_info().expires_at - info.expires_at).total_seconds()) < 1  # type: ignore[operator]
     with pytest.raises(InvalidArgumentError):
         sandbox.set_timeout(0)
+
+
+def test_function_stats(conn: Conn, labels: dict[str, str]) -> None:
+    sb = Sandbox.create(tier="function", memory_mb=64, disk_mb=32, metadata=labels, **conn)
+    try:
+        idle = sb.stats()
+        assert isinstance(idle, SandboxStats)
+        # The caps it was made with, in bytes.
+        assert (idle.memory_limit_bytes, idle.disk_limit_bytes) == (64 << 20, 32 << 20)
+        # No OS and no processes: memory and processes count the calls
+        # running now, and there are none.
+        assert (idle.memory_bytes, idle.processes) == (0, 0)
+        assert (idle.disk_full, idle.oom_kills, idle.pids_limited) == (False, 0, 0)
+
+        sb.files.write("fill.bin", b"\0" * (2 << 20))
+        sb.commands.run(["echo", "hi"])
+        after = sb.stats()
+        assert after.disk_bytes - idle.disk_bytes >= 2 << 20
+        # cpu_seconds is the time spent in calls.
+        assert after.cpu_seconds > idle.cpu_seconds
+        assert after.processes == 0 and not after.disk_full
+
+        # While a call runs, it is a process with linear memory.
+        done = threading.Event()
+        call = threading.Thread(target=lambda: (sb.commands.run(["sleep", "3"]), done.set()))
+        call.start()
+        try:
+            deadline = time.monotonic() + 2.5
+            busy = sb.stats()
+            while busy.processes == 0 and not done.is_set() and time.monotonic() < deadline:
+                time.sleep(0.05)
+                busy = sb.stats()
+            assert busy.processes == 1 and 0 < busy.memory_bytes <= busy.memory_limit_bytes, busy
+        finally:
+            call.join(10)
+        assert done.is_set()
+        assert sb.stats().processes == 0
+    finally:
+        sb.kill()
+    with pytest.raises(SandboxNotRunningError) as e:
+        sb.stats()
+    assert e.value.code == "sandbox_not_running" and e.value.status == 409
 
 
 def test_kill_unknown_and_not_found(conn: Conn) -> None:

@@ -324,6 +324,33 @@ def test_connect_refuses_ended_sandbox() -> None:
         _drive(_ops.connect_sandbox("x", 30), [httpx.Response(200, json=sb)])
 
 
+def test_stats_op_parses_full_and_sparse_bodies() -> None:
+    full = {"memory_bytes": 5 << 20, "memory_peak_bytes": 9 << 20, "memory_limit_bytes": 128 << 20,
+            "cpu_seconds": 1.25, "processes": 3, "disk_bytes": 2 << 20, "disk_limit_bytes": 64 << 20,
+            "disk_full": True, "oom_kills": 2, "pids_limited": 7}
+    got, calls = _drive(_ops.sandbox_stats("sb/1", 30), [httpx.Response(200, json=full)])
+    (c,) = calls
+    assert (c.method, c.path, c.params, c.json) == ("GET", "/v1/sandboxes/sb%2F1/stats", [], None)
+    assert got == libdsec.SandboxStats(
+        memory_bytes=5 << 20, cpu_seconds=1.25, processes=3, disk_bytes=2 << 20, memory_peak_bytes=9 << 20,
+        memory_limit_bytes=128 << 20, disk_limit_bytes=64 << 20, disk_full=True, oom_kills=2, pids_limited=7,
+    )
+    assert isinstance(got.cpu_seconds, float) and isinstance(got.memory_bytes, int)
+    # The server omits the optional fields when zero (omitempty).
+    got, _ = _drive(_ops.sandbox_stats("s", 30),
+                    [httpx.Response(200, json={"memory_bytes": 0, "cpu_seconds": 0, "processes": 0, "disk_bytes": 4096})])
+    assert got == libdsec.SandboxStats(memory_bytes=0, cpu_seconds=0.0, processes=0, disk_bytes=4096)
+    assert (got.memory_limit_bytes, got.disk_full, got.oom_kills, got.pids_limited) == (0, False, 0, 0)
+    with pytest.raises(SandboxError) as e:
+        _drive(_ops.sandbox_stats("s", 30), [httpx.Response(200, text="not json")])
+    assert e.value.code == "invalid_response"
+    stopped = libdsec.SandboxNotRunningError("stopped", code="sandbox_not_running", status=409)
+    with pytest.raises(libdsec.SandboxNotRunningError):
+        _drive(_ops.sandbox_stats("s", 30), [stopped])
+    with pytest.raises(InvalidArgumentError):
+        _drive(_ops.sandbox_stats("", 30), [])
+
+
 def test_body_from_file_is_streamed_and_rewindable() -> None:
     f = io.BytesIO(b"x" * 3_000_000)
     f.seek(100)
@@ -531,6 +558,32 @@ def test_async_client_on_mock_transport() -> None:
             assert chunks == ["a\n", "b\n"] and r.stdout == "a\nb\n"
 
     asyncio.run(main())
+
+
+def test_sandbox_stats_on_mock_transport() -> None:
+    stats = {"memory_bytes": 1 << 20, "cpu_seconds": 0.5, "processes": 2, "disk_bytes": 8192, "oom_kills": 1}
+    paths: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        paths.append(f"{req.method} {req.url.path}")
+        if req.url.path.endswith("/stats"):
+            return httpx.Response(200, json=stats)
+        return httpx.Response(200, json=SANDBOX_JSON)
+
+    want = libdsec.SandboxStats(memory_bytes=1 << 20, cpu_seconds=0.5, processes=2, disk_bytes=8192, oom_kills=1)
+    sb = libdsec.Sandbox.connect("sb-1", client=_mock_client(handler))
+    assert sb.stats() == want
+
+    async def main() -> libdsec.SandboxStats:
+        c = libdsec.AsyncClient("http://dsec.invalid", "tok")
+        await c._http.aclose()
+        c._http = httpx.AsyncClient(transport=httpx.MockTransport(handler), **c._client_kwargs())
+        async with c:
+            asb = await libdsec.AsyncSandbox.connect("sb-1", client=c)
+            return await asb.stats()
+
+    assert asyncio.run(main()) == want
+    assert paths == ["GET /v1/sandboxes/sb-1", "GET /v1/sandboxes/sb-1/stats"] * 2
 
 
 def test_shared_clients() -> None:
