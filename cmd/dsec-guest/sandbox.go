@@ -41,6 +41,9 @@ type forkRes struct {
 // of a command while the agent serves on other goroutines.
 func sandboxMain(stderr io.Writer) int {
 	runtime.LockOSThread()
+	// Executed through a descriptor, the process is named after it ("7");
+	// the main thread's name is the process's in ps.
+	_ = os.WriteFile("/proc/thread-self/comm", []byte("dsec-guest"), 0)
 	syscall.Umask(0o022)
 	syncPipe := os.NewFile(4, "sandbox-sync")
 	nodeConn := os.NewFile(5, "node-conn")

@@ -61,13 +61,13 @@ type timedLayers struct {
 	c *clocks
 }
 
-func (t timedLayers) Root(ctx context.Context, id string, layers []layerspec.Layer, upper string) (string, func(), error) {
+func (t timedLayers) DetachedRoot(ctx context.Context, id string, layers []layerspec.Layer, upper string) (*os.File, func(), error) {
 	defer t.c.add("overlay root", time.Now())
-	dir, release, err := t.layerRoots.Root(ctx, id, layers, upper)
+	f, release, err := t.layerRoots.DetachedRoot(ctx, id, layers, upper)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	return dir, func() {
+	return f, func() {
 		defer t.c.add("root release", time.Now())
 		release()
 	}, nil

@@ -98,11 +98,23 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}
 	cu.Add(func() { _ = sys.Unmount(upper) })
 
-	rootfs, releaseRoot, err := r.opt.Layers.Root(ctx, spec.ID, spec.Image.Layers, upper)
+	// The root never enters the host's mount table (see DetachedRoot):
+	// the sandbox attaches it in its own, on an empty directory.
+	rootFD, releaseRoot, err := r.opt.Layers.DetachedRoot(ctx, spec.ID, spec.Image.Layers, upper)
 	if err != nil {
 		return nil, err
 	}
 	cu.Add(releaseRoot)
+	defer rootFD.Close()
+	// The overlay holds its upper: the tmpfs leaves the table too, and
+	// goes with the last mount of the root.
+	if err := sys.DetachMount(upper); err != nil {
+		return nil, err
+	}
+	rootfs := filepath.Join(dir, "root")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return nil, err
+	}
 	st.Rootfs = rootfs
 
 	cg, err := r.opt.Cgroups.Create(ctx, spec.ID, r.limits(spec))
@@ -143,13 +155,13 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, err
 	}
 	cfg := guest.SandboxConfig{
-		Rootfs: rootfs, SockDir: sockDir, Hostname: hostname(spec.ID),
+		Rootfs: rootfs, RootFD: 6, SockDir: sockDir, Hostname: hostname(spec.ID),
 		Hosts:      hostsFile(spec.ID, ep),
 		ResolvConf: resolvConf(ep),
 		Seccomp:    prog,
 		Env:        defaultEnv(spec),
 	}
-	pid, wait, client, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg)
+	pid, wait, client, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg, rootFD)
 	if pid != 0 {
 		cu.Add(func() {
 			_ = cg.Kill(context.Background())
@@ -164,7 +176,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		client.Close()
 		return nil, err
 	}
-	sb := &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, client: client, cg: cg, wait: wait, releaseRoot: releaseRoot, upper: upper}
+	sb := &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, client: client, cg: cg, wait: wait, releaseRoot: releaseRoot}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -220,20 +232,34 @@ func (r *Runtime) findGuest(ctx context.Context, layers []layerspec.Layer) (stri
 // protocol check are one round trip. It returns the process's pid (0 if
 // none was started), a function that waits for it to exit and the agent's
 // client; on error the caller kills the process.
-func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig) (int, func(), *agentproto.Client, error) {
+func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig, root *os.File) (int, func(), *agentproto.Client, error) {
 	var files startFiles
 	defer files.close()
 	if err := files.open(dir); err != nil {
 		return 0, nil, nil, err
 	}
-	cmd := exec.Command(exe, "sandbox")
+	// The agent binary, executed through a descriptor: the forker's
+	// mount namespace does not hold the layer it is on.
+	bin, err := os.Open(exe)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer bin.Close()
+	ns, err := sys.OpenNetns(netns)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer ns.Close()
+	cmd := exec.Command("/proc/self/fd/7", "sandbox")
+	cmd.Args[0] = "dsec-guest"
 	// One P: the agent is mostly idle, and fewer threads and heaps keep
 	// its memory down (commands never see this environment).
 	cmd.Env = []string{"GOMAXPROCS=1"}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = files.console, files.console
-	// fds 3, 4 and 5; nothing else is inherited.
-	cmd.ExtraFiles = []*os.File{files.cfgR, files.syncW, files.guestConn}
+	// fds 3, 4, 5, 6 (cfg.RootFD) and 7 (the binary); nothing else is
+	// inherited.
+	cmd.ExtraFiles = []*os.File{files.cfgR, files.syncW, files.guestConn, root, bin}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
@@ -249,8 +275,9 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 		Setsid: true,
 	}
 	// Forked from a thread joined to the sandbox's network namespace (one
-	// the node owns: sandbox root has no CAP_NET_ADMIN over it).
-	if err := network.EnterNetns(netns, cmd.Start); err != nil {
+	// the node owns: sandbox root has no CAP_NET_ADMIN over it), in the
+	// forker's small mount namespace.
+	if err := r.forker.fork(ns, cmd.Start); err != nil {
 		return 0, nil, nil, fmt.Errorf("starting the sandbox: %w", err)
 	}
 	files.started()

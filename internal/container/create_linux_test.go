@@ -3,13 +3,17 @@ package container
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // TestCreateRefusesSocketPathTooLong checks that an ID too long for the
@@ -31,4 +35,94 @@ func TestCreateRefusesSocketPathTooLong(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "sandboxes", id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the refused sandbox's directory: %v", err)
 	}
+}
+
+// TestRootsStayOutOfHostMountTable checks that a sandbox's root and upper
+// never stay in the host's mount table (every new mount namespace copies
+// that table: roots left there made each create slower by the number of
+// sandboxes), while the sandbox sees its root and its upper's size, and
+// that the host still reaches the root through the sandbox's first
+// process.
+func TestRootsStayOutOfHostMountTable(t *testing.T) {
+	world.get(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{})
+	e := newIsoEnv(t, rt)
+	var sbs []*Sandbox
+	for i := range 3 {
+		sbs = append(sbs, e.create(t, fmt.Sprintf("table%d", i), func(s *sandbox.Spec) { s.DiskMB = 24 }))
+	}
+	mounts, err := sys.MountsUnder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mounts {
+		if strings.Contains(m, "/sandboxes/") || strings.Contains(m, "/roots/") {
+			t.Errorf("a sandbox's mount in the host's table: %s", m)
+		}
+	}
+	for _, sb := range sbs {
+		run(t, sb, "sh", "-c", "echo hello > /tmp/mark")
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/tmp/mark", sb.state.Pid)); err != nil || string(b) != "hello\n" {
+			t.Errorf("%s: the host reads %q (%v) through its first process's root", sb.id, b, err)
+		}
+		if res := run(t, sb, "sh", "-c", "df -k / | tail -1"); !strings.Contains(res.Stdout, " 24576 ") {
+			t.Errorf("%s: df of its root: %q, want a 24 MiB file system", sb.id, res.Stdout)
+		}
+	}
+	// Negative control: the same walk finds the layer mounts the cache
+	// keeps in the host's table.
+	if !slices.ContainsFunc(mounts, func(m string) bool { return strings.Contains(m, "/layers/") }) {
+		t.Errorf("no layer mounts under %s: %v", dir, mounts)
+	}
+}
+
+// TestForkerMountTable checks that sandboxes are forked from a mount
+// namespace of a few mounts, whatever the host's table holds: a new
+// mount namespace copies its parent's whole table.
+func TestForkerMountTable(t *testing.T) {
+	world.get(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{})
+	// 100 mounts more on the host.
+	extra := filepath.Join(dir, "extra")
+	for i := range 100 {
+		p := filepath.Join(extra, strconv.Itoa(i))
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := sys.MountTmpfs("dsec-test", p, "size=4k"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sys.Unmount(p) })
+	}
+	lines := func(path string) []string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	host := lines("/proc/self/mountinfo")
+	rt.Runtime.forker.mu.Lock()
+	tids := slices.Clone(rt.Runtime.forker.tids)
+	rt.Runtime.forker.mu.Unlock()
+	if len(tids) == 0 {
+		t.Fatal("no forking threads")
+	}
+	for _, tid := range tids {
+		ns := lines(fmt.Sprintf("/proc/self/task/%d/mountinfo", tid))
+		if len(ns) > 40 || slices.ContainsFunc(ns, func(l string) bool { return strings.Contains(l, extra) }) {
+			t.Errorf("thread %d forks from %d mounts (the host has %d):\n%s", tid, len(ns), len(host), strings.Join(ns, "\n"))
+		}
+	}
+	// Negative control: the host's table holds the 100.
+	if n := len(slices.DeleteFunc(host, func(l string) bool { return !strings.Contains(l, extra) })); n != 100 {
+		t.Errorf("the host's table shows %d of the 100 extra mounts", n)
+	}
+	// Sandboxes still start and reach their sockets and roots.
+	e := newIsoEnv(t, rt)
+	run(t, e.create(t, "small", nil), "true")
 }

@@ -2,6 +2,7 @@ package container
 
 import (
 	"context"
+	"os"
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/layerspec"
@@ -13,8 +14,11 @@ import (
 
 // layerRoots is the node's layer cache.
 type layerRoots interface {
-	// Root mounts sandbox id's writable overlay over layers.
-	Root(ctx context.Context, id string, layers []layerspec.Layer, upper string) (string, func(), error)
+	// DetachedRoot builds sandbox id's writable overlay over layers, as
+	// a detached mount.
+	DetachedRoot(ctx context.Context, id string, layers []layerspec.Layer, upper string) (*os.File, func(), error)
+	// Hold keeps layers in the cache (an adopted sandbox's).
+	Hold(ctx context.Context, layers []layerspec.Layer) (func(), error)
 	// View shows layers read-only (one layer: its own mount).
 	View(ctx context.Context, layers []layerspec.Layer) (string, func(), error)
 }

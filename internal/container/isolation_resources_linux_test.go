@@ -13,7 +13,6 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
-	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // cgroupFile returns sb's control file name, in whichever hierarchy has
@@ -167,8 +166,9 @@ func testResources(t *testing.T, e *isoEnv, main *Sandbox) {
 	disk := e.create(t, "iso-disk", func(s *sandbox.Spec) { s.DiskMB = 16 })
 
 	t.Run("A50_disk", func(t *testing.T) {
-		if !sys.IsTmpfsRoot(disk.upper) {
-			t.Errorf("the sandbox's upper %s is not a tmpfs of its own", disk.upper)
+		// The upper is a file system of its own, of the sandbox's size.
+		if st := stats(disk); st.DiskLimitBytes != 16<<20 {
+			t.Errorf("the sandbox's disk is %d bytes, want 16 MiB: %+v", st.DiskLimitBytes, st)
 		}
 		if res := run(t, disk, sh("dd if=/dev/zero of=/tmp/f bs=1M count=64 2>&1")...); !strings.Contains(res.Stdout, "No space left") {
 			t.Errorf("64 MiB into a 16 MiB disk: %+v", res)

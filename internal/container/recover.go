@@ -124,21 +124,16 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	upper := filepath.Join(dir, "upper")
-	// Taking the root again adopts the overlay that is still mounted.
-	rootfs, releaseRoot, err := r.opt.Layers.Root(ctx, st.Spec.ID, st.Spec.Image.Layers, upper)
+	// Its root lives in its own mount namespace; the cache keeps its
+	// layers for it.
+	releaseRoot, err := r.opt.Layers.Hold(ctx, st.Spec.Image.Layers)
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
-	if rootfs != st.Rootfs {
-		client.Close()
-		releaseRoot()
-		return nil, errors.New("its root moved")
-	}
 	pid := st.Pid
 	return &Sandbox{rt: r, id: st.Spec.ID, dir: dir, state: st, client: client, cg: cg,
-		wait: func() { waitGone(pid) }, releaseRoot: releaseRoot, upper: upper}, nil
+		wait: func() { waitGone(pid) }, releaseRoot: releaseRoot}, nil
 }
 
 // scrap removes whatever is left of a sandbox: its processes (through its
@@ -148,11 +143,8 @@ func (r *Runtime) scrap(ctx context.Context, id, dir string) {
 		_ = cg.Kill(ctx)
 		_ = cg.Destroy(ctx)
 	}
-	if st, err := readState(dir); err == nil {
-		if _, release, err := r.opt.Layers.Root(ctx, id, st.Spec.Image.Layers, filepath.Join(dir, "upper")); err == nil {
-			release()
-		}
-	}
+	// A crash between mounting the upper and detaching it leaves it in
+	// the host's table.
 	_ = sys.Unmount(filepath.Join(dir, "upper"))
 	_ = r.opt.Network.Release(ctx, id)
 	_ = os.RemoveAll(dir)

@@ -3,8 +3,10 @@ package container
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/dsec-dev/dsec/api"
@@ -23,8 +25,7 @@ type Sandbox struct {
 	state       *state
 	cg          *cgroups.Group
 	wait        func() // waits for PID 1 to exit (no-op for adopted ones)
-	releaseRoot func()
-	upper       string
+	releaseRoot func() // drops the root's layer references
 
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client
@@ -176,7 +177,16 @@ func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 	if err != nil {
 		return sandbox.Stats{}, err
 	}
-	disk, err := sys.StatFS(s.upper)
+	// The root is in no host mount table; its first process's root link
+	// reaches it (statfs of an overlay is its upper's). That process is
+	// checked to be in the sandbox's cgroup: the pid is not another's.
+	disk, err := sys.StatFS(fmt.Sprintf("/proc/%d/root/", s.state.Pid))
+	if err == nil {
+		var procs []int
+		if procs, err = s.cg.Procs(); err == nil && !slices.Contains(procs, s.state.Pid) {
+			err = errors.New("its first process is gone")
+		}
+	}
 	if err != nil {
 		return sandbox.Stats{}, err
 	}
@@ -209,11 +219,10 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	if err := s.cg.Kill(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	// The root and its upper went with the last process (their only
+	// mounts were in its namespace).
 	s.wait()
 	s.releaseRoot()
-	if err := sys.Unmount(s.upper); err != nil {
-		errs = append(errs, err)
-	}
 	if err := s.rt.opt.Network.Release(ctx, s.id); err != nil {
 		errs = append(errs, err)
 	}

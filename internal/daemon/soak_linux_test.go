@@ -582,7 +582,7 @@ func readHost(t *testing.T, dir string, h containerHost) hostState {
 
 // checkHostMatches checks, while the daemon runs, that the host holds
 // exactly what the running sandboxes need and the network pool: for each
-// sandbox a directory, upper and root mount, cgroup, network namespace
+// sandbox a directory (no root or upper mount), cgroup, network namespace
 // and record, veth, its policy's nftables elements and its processes;
 // nothing for any other. The kernel removes veths of released
 // namespaces, and the pool refills, asynchronously: it waits for that.
@@ -606,11 +606,18 @@ func checkHostMatches(t *testing.T, dir string, h containerHost, cal calibration
 		s := readHost(t, dir, h)
 		problems = problems[:0]
 		for what, got := range map[string]map[string]bool{
-			"cgroups": s.cgroups, "network namespaces": s.netns, "roots": s.roots,
-			"uppers": s.uppers, "state directories": s.dirs, "network records": s.netRecords,
+			"cgroups": s.cgroups, "network namespaces": s.netns,
+			"state directories": s.dirs, "network records": s.netRecords,
 		} {
 			if !maps.Equal(got, want) {
 				problems = append(problems, fmt.Sprintf("%s: extra %v, missing %v", what, missingKeys(got, want), missingKeys(want, got)))
+			}
+		}
+		// Roots and uppers live in the sandboxes' own mount namespaces:
+		// none is ever left in the host's table.
+		for what, got := range map[string]map[string]bool{"root mounts": s.roots, "upper mounts": s.uppers} {
+			if len(got) > 0 {
+				problems = append(problems, fmt.Sprintf("%s on the host: %v", what, missingKeys(got, nil)))
 			}
 		}
 		if s.links != len(want)+h.Pool {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // SetupSandbox must run on a goroutine locked to its OS thread, which
@@ -38,6 +40,14 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		what string
 		fn   func() error
 	}{
+		// The root's descriptor is the one the node hands us on purpose;
+		// attached, it is closed with the rest.
+		{"attaching the root", func() error {
+			if cfg.RootFD == 0 {
+				return nil
+			}
+			return sys.MoveMount(cfg.RootFD, root)
+		}},
 		// Before anything else: what the node leaked to us must not
 		// reach the sandbox (see closeInherited).
 		{"closing inherited descriptors", closeInherited},
@@ -49,7 +59,13 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		{"setting the hostname", func() error { return syscall.Sethostname([]byte(cfg.Hostname)) }},
 		// pivot_root needs the new root to be a mount point of ours (the
 		// overlay is locked, inherited from a more privileged namespace).
-		{"binding the root", func() error { return syscall.Mount(root, root, "", syscall.MS_BIND|syscall.MS_REC, "") }},
+		// An attached root is one already.
+		{"binding the root", func() error {
+			if cfg.RootFD != 0 {
+				return nil
+			}
+			return syscall.Mount(root, root, "", syscall.MS_BIND|syscall.MS_REC, "")
+		}},
 		// proc must be mounted while the host's proc is still visible
 		// (mnt_already_visible refuses it after the old root is gone).
 		{"mounting /proc", func() error { return mountAt(root, "proc", "proc", "proc", nosuidNodevNoexec, "") }},

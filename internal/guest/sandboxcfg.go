@@ -5,10 +5,14 @@ package guest
 // it only after the node has placed it in its cgroups, so the read is
 // also the start signal.
 type SandboxConfig struct {
-	// Rootfs is the sandbox's root (an overlay the node mounted), as a
-	// path in the host's mount table, which the new mount namespace starts
-	// as a copy of.
+	// Rootfs is where the sandbox's root is built: an empty directory
+	// the root is attached on (RootFD) or, without RootFD, a mount in the
+	// host's table, which the new mount namespace starts as a copy of.
 	Rootfs string `json:"rootfs"`
+	// RootFD, if not 0, is a descriptor of the root: a detached mount of
+	// the overlay the node built (see sys.CloneMount), which never enters
+	// the host's mount table.
+	RootFD int `json:"root_fd,omitempty"`
 	// SockDir is a host-only directory: the agent listens on
 	// SockDir/agent.sock, created before pivot_root, after which the
 	// directory is out of the sandbox's reach.

@@ -191,11 +191,12 @@ type viewEntry struct {
 // rootEntry is a sandbox's writable overlay at roots/<id>. Fields are
 // guarded by Cache.mu.
 type rootEntry struct {
-	id      string
-	active  bool          // a Root caller holds it
-	busy    bool          // being mounted, adopted or unmounted
-	layers  []*layerEntry // references held while active
-	options string        // an adopted mount's superblock options
+	id       string
+	active   bool          // a Root caller holds it
+	busy     bool          // being mounted, adopted or unmounted
+	layers   []*layerEntry // references held while active
+	options  string        // an adopted mount's superblock options
+	detached bool          // its mount left roots/<id> (DetachedRoot)
 }
 
 // New opens the cache in opt.Dir, creating it if needed. It adopts the

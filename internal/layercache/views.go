@@ -212,6 +212,55 @@ func (c *Cache) Root(ctx context.Context, id string, layers []Layer, upper strin
 	return c.rootDir(id), sync.OnceFunc(func() { c.releaseRoot(r) }), nil
 }
 
+// DetachedRoot is Root, but the overlay leaves the host's mount table
+// at once: it returns a detached copy of the mount (see sys.CloneMount)
+// for the caller to attach in the sandbox's own mount namespace, and
+// unmounts roots/<id>. Every new mount namespace copies the host's whole
+// table, so roots left in it made each sandbox's create slower by the
+// number of sandboxes (~10 ms more at 1,000). The overlay lives as long
+// as a mount of it does; release drops the layer references.
+func (c *Cache) DetachedRoot(ctx context.Context, id string, layers []Layer, upper string) (*os.File, func(), error) {
+	dir, release, err := c.Root(ctx, id, layers, upper)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := sys.CloneMount(dir)
+	if err == nil {
+		err = sys.DetachMount(dir)
+	}
+	if err == nil {
+		c.mu.Lock()
+		if r := c.roots[id]; r != nil {
+			r.detached = true
+		}
+		c.mu.Unlock()
+		_ = os.Remove(dir)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		release()
+		return nil, nil, errdefs.Wrap(errdefs.Internal, "root_mount_failed", err, "detaching root of sandbox %s", id)
+	}
+	return f, release, nil
+}
+
+// Hold takes references on layers, as a root over them does, until
+// release: a node agent that adopts a running sandbox after a restart
+// holds its layers, whose detached root it cannot see.
+func (c *Cache) Hold(ctx context.Context, layers []Layer) (func(), error) {
+	hexes, err := c.checkStack(layers)
+	if err != nil {
+		return nil, err
+	}
+	es, err := c.acquireLayers(ctx, layers, hexes)
+	if err != nil {
+		return nil, err
+	}
+	return sync.OnceFunc(func() { c.releaseLayers(es) }), nil
+}
+
 // mountRoot mounts sandbox id's overlay, or checks an adopted one.
 func (c *Cache) mountRoot(id string, hexes []string, upper string, adopted bool, options string) error {
 	target := c.rootDir(id)
@@ -261,7 +310,10 @@ func (c *Cache) releaseRoot(r *rootEntry) {
 	c.mu.Unlock()
 
 	target := c.rootDir(r.id)
-	err := sys.Unmount(target)
+	var err error
+	if !r.detached {
+		err = sys.Unmount(target)
+	}
 	if err == nil {
 		if rerr := os.Remove(target); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			c.log.Warn("removing a root's mount point", "sandbox", r.id, "err", rerr)

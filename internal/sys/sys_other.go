@@ -4,6 +4,7 @@ package sys
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -31,6 +32,11 @@ func Reserve(uint64) ([]byte, error) { return nil, errdefs.ErrNotSupported }
 func Unreserve([]byte)               {}
 func DropPages([]byte) error         { return errdefs.ErrNotSupported }
 
+func CloneMount(path string) (*os.File, error) {
+	return nil, fmt.Errorf("cloning the mount at %s: %w", path, errdefs.ErrNotSupported)
+}
+func MoveMount(int, string) error { return errdefs.ErrNotSupported }
+
 func MountErofs(meta, blob, target string) error {
 	return fmt.Errorf("mounting erofs on %s: %w", target, errdefs.ErrNotSupported)
 }
@@ -57,3 +63,11 @@ func UnmountTmpfsIfEmpty(dir string) error                  { return nil }
 func SetNofile(pid int, n uint64) error {
 	return fmt.Errorf("rlimits: %w", errdefs.ErrNotSupported)
 }
+
+type Bind struct {
+	Path      string
+	Recursive bool
+}
+
+func EnterSmallMountNS(string, []Bind) error { return errdefs.ErrNotSupported }
+func SetThreadNetns(*os.File) error          { return errdefs.ErrNotSupported }
