@@ -100,7 +100,7 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 }
 
 // reservedThreads is how many idle OS threads the agent starts with.
-const reservedThreads = 12
+const reservedThreads = 6
 
 // reserveThreads makes the Go runtime start n OS threads now and leaves
 // them idle. The runtime keeps idle threads, takes one whenever a
