@@ -135,34 +135,44 @@ func concName(conc int) string {
 // at a time (seq) and from 8 goroutines (par8). ns/op is the wall time
 // per sandbox, so par8's is the inverse of its rate.
 func BenchmarkCycle(b *testing.B) {
-	for _, conc := range []int{1, 8} {
-		b.Run(concName(conc), func(b *testing.B) {
-			dir := b.TempDir()
-			b.Cleanup(func() { checkHost(b, dir) })
-			rt := newRuntime(b, dir, runtimeOptions{pool: 32})
-			ctx := context.Background()
-			if _, _, err := parallel(2*conc, conc, func(i int) (cycleSample, error) {
-				return cycleOnce(ctx, rt, fmt.Sprintf("warm-%d", i))
-			}); err != nil {
-				b.Fatal(err)
+	for _, reuse := range []bool{false, true} {
+		for _, conc := range []int{1, 8} {
+			name := concName(conc)
+			if reuse {
+				name = "reuse-" + name
 			}
-			b.ResetTimer()
-			cpu0 := cpuNow()
-			ss, wall, err := parallel(b.N, conc, func(i int) (cycleSample, error) {
-				return cycleOnce(ctx, rt, fmt.Sprintf("bench-%d", i))
-			})
-			cpu := cpuNow().sub(cpu0)
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			reportCycles(b, "", ss, wall)
-			n := float64(b.N)
-			b.ReportMetric(cpu.self.Seconds()*1000/n, "node-cpu-ms/cycle")
-			b.ReportMetric(cpu.children.Seconds()*1000/n, "agent-cpu-ms/cycle")
-			b.ReportMetric(cpu.host.Seconds()*1000/n, "host-cpu-ms/cycle")
-		})
+			b.Run(name, func(b *testing.B) { benchCycle(b, conc, reuse) })
+		}
 	}
+}
+
+// benchCycle is BenchmarkCycle's run of conc goroutines, with network
+// namespaces reused or not.
+func benchCycle(b *testing.B, conc int, reuse bool) {
+	dir := b.TempDir()
+	b.Cleanup(func() { checkHost(b, dir) })
+	rt := newRuntime(b, dir, runtimeOptions{pool: 32, reuse: reuse})
+	ctx := context.Background()
+	if _, _, err := parallel(2*conc, conc, func(i int) (cycleSample, error) {
+		return cycleOnce(ctx, rt, fmt.Sprintf("warm-%d", i))
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	cpu0 := cpuNow()
+	ss, wall, err := parallel(b.N, conc, func(i int) (cycleSample, error) {
+		return cycleOnce(ctx, rt, fmt.Sprintf("bench-%d", i))
+	})
+	cpu := cpuNow().sub(cpu0)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	reportCycles(b, "", ss, wall)
+	n := float64(b.N)
+	b.ReportMetric(cpu.self.Seconds()*1000/n, "node-cpu-ms/cycle")
+	b.ReportMetric(cpu.children.Seconds()*1000/n, "agent-cpu-ms/cycle")
+	b.ReportMetric(cpu.host.Seconds()*1000/n, "host-cpu-ms/cycle")
 }
 
 // cpuTimes are CPU times: this process's (the node side), its reaped

@@ -249,6 +249,10 @@ func benchVsOCI(b *testing.B, conc int) {
 	dir := b.TempDir()
 	b.Cleanup(func() { checkHost(b, dir) })
 	rt := newRuntime(b, dir, runtimeOptions{pool: 32})
+	// The same with network namespaces reused (network.Options.Reuse).
+	reuseDir := b.TempDir()
+	b.Cleanup(func() { checkHost(b, reuseDir) })
+	rtReuse := newRuntime(b, reuseDir, runtimeOptions{pool: 32, reuse: true})
 	ocis, missing := lookOCI(dir)
 	if len(missing) > 0 {
 		b.Logf("not installed (scripts/deps.sh bench): %s", strings.Join(missing, ", "))
@@ -263,15 +267,19 @@ func benchVsOCI(b *testing.B, conc int) {
 	ctx := context.Background()
 	block := 16 * conc // cycles per runtime per round
 
-	results := []*ociResult{{name: "dsec"}}
+	results := []*ociResult{{name: "dsec"}, {name: "dsec-reuse"}}
 	for _, o := range ocis {
 		results = append(results, &ociResult{name: o.name})
 	}
 	var seq atomic.Int64 // names DSec's sandboxes
 	runBlock := func(r *ociResult, n int, record bool) error {
-		if r.name == "dsec" {
+		if strings.HasPrefix(r.name, "dsec") {
+			on := rt
+			if r.name == "dsec-reuse" {
+				on = rtReuse
+			}
 			ss, wall, err := parallel(n, conc, func(int) (cycleSample, error) {
-				return cycleOnce(ctx, rt, fmt.Sprintf("v%d", seq.Add(1)))
+				return cycleOnce(ctx, on, fmt.Sprintf("v%d", seq.Add(1)))
 			})
 			if err != nil {
 				return err

@@ -200,6 +200,7 @@ func (r *testRuntime) Close(ctx context.Context) error {
 type runtimeOptions struct {
 	noSeccomp bool
 	pool      int
+	reuse     bool // network.Options.Reuse
 	// netRange, if set, replaces the /24 of names (the density benchmark
 	// needs thousands of addresses); it must not overlap 10.224.0.0/12.
 	netRange netip.Prefix
@@ -225,7 +226,7 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 		pool = -1
 	}
 	nets, err := network.New(ctx, network.Options{
-		Name: nm.Net, Range: rng, PoolSize: pool, Logger: log,
+		Name: nm.Net, Range: rng, PoolSize: pool, Reuse: ro.reuse, Logger: log,
 		StateDir: filepath.Join(dir, "netstate"),
 	})
 	if err != nil {

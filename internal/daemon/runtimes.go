@@ -75,7 +75,7 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 	if err != nil {
 		return nil, nil, err
 	}
-	nopt := network.Options{Name: c.Name, PoolSize: c.NetworkPool, HostIfaces: c.Uplinks, Logger: d.log.With("part", "network")}
+	nopt := network.Options{Name: c.Name, PoolSize: c.NetworkPool, Reuse: c.NetworkReuse, HostIfaces: c.Uplinks, Logger: d.log.With("part", "network")}
 	if c.NetworkRange != "" {
 		if nopt.Range, err = netip.ParsePrefix(c.NetworkRange); err != nil {
 			return nil, nil, fmt.Errorf("[container] network_range: %w", err)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -244,9 +246,13 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 }
 
 func (m *Manager) release(ep *endpoint) error {
+	reuse := m.reusable(ep)
 	ep.mu.Lock()
 	ep.gone = true
-	del := slices.Concat(ep.elems, []elem{spoofElem(ep.hostIf, ep.addr)})
+	del := ep.elems
+	if reuse == nil {
+		del = slices.Concat(del, []elem{spoofElem(ep.hostIf, ep.addr)})
+	}
 	ep.mu.Unlock()
 	var errs []error
 	if err := m.fw.apply(nil, del); err != nil {
@@ -264,10 +270,97 @@ func (m *Manager) release(ep *endpoint) error {
 		errs = append(errs, err)
 	}
 	m.mu.Lock()
+	if reuse != nil && !m.closed && len(m.ready) < 2*m.opt.PoolSize {
+		m.ready = append(m.ready, &slot{ns: reuse, addr: ep.addr, hostIf: ep.hostIf})
+		m.mu.Unlock()
+		return errors.Join(errs...)
+	}
+	m.mu.Unlock()
+	if reuse != nil {
+		// Not taken after all: its anti-spoofing element goes too.
+		reuse.Close()
+		if err := m.fw.apply(nil, []elem{spoofElem(ep.hostIf, ep.addr)}); err != nil {
+			m.log.Warn("removing sandbox firewall elements", "id", ep.id, "err", err)
+		}
+	}
+	m.mu.Lock()
 	m.ipam.free(ep.addr)
 	delete(m.owned, ep.hostIf)
 	m.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// reusable returns sandbox ep's namespace, open, if Options.Reuse is on
+// and no IP socket is left in it (see socketsIn): the caller returns it
+// to the pool. Otherwise, and on any error, nil.
+func (m *Manager) reusable(ep *endpoint) *os.File {
+	if !m.opt.Reuse || m.opt.PoolSize <= 0 {
+		return nil
+	}
+	ns, err := sys.OpenNetns(ep.path)
+	if err != nil {
+		return nil
+	}
+	n, err := socketsIn(ns)
+	if err != nil || n > 0 {
+		ns.Close()
+		return nil
+	}
+	return ns
+}
+
+// socketsIn counts the IP sockets left in namespace ns (open or closing,
+// TCP's TIME_WAITs too, whose addresses the next sandbox would see) and
+// its IP fragments, from the namespace's own counters in
+// /proc/net/sockstat (a listing such as /proc/net/tcp walks every
+// namespace's sockets: ~9 ms a release here).
+func socketsIn(ns *os.File) (int, error) {
+	n := 0
+	err := sys.InNetns(ns, func() error {
+		for _, f := range []string{"sockstat", "sockstat6"} {
+			b, err := os.ReadFile("/proc/thread-self/net/" + f)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			c, err := sockstatCount(string(b))
+			if err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			n += c
+		}
+		return nil
+	})
+	return n, err
+}
+
+// sockstatCount sums a sockstat file's counts of the namespace's IP
+// sockets: every protocol's inuse and tw. TCP's orphan, alloc and mem
+// are the whole host's (an orphan still hashed counts in inuse).
+// "sockets: used" is left out: it counts unix, netlink and packet
+// sockets too, which go with the last process holding them (the node's
+// own setup sockets among them, freed after an RCU grace period).
+func sockstatCount(s string) (int, error) {
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		for i := 1; i+1 < len(f); i += 2 {
+			switch f[i] {
+			case "inuse", "tw":
+				v, err := strconv.Atoi(f[i+1])
+				if err != nil {
+					return 0, fmt.Errorf("parsing %q: %w", line, err)
+				}
+				n += v
+			}
+		}
+	}
+	return n, nil
 }
 
 // SetPolicy replaces sandbox id's policy; the next packet sees the new
