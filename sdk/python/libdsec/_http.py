@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
 import weakref
@@ -106,6 +107,47 @@ class _Base:
         return kw
 
 
+_NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+
+class _NoDelayBackend:
+    """A sync network backend whose TCP connections send at once.
+
+    httpcore's sync backend leaves Nagle's algorithm on, and it writes a
+    request's headers and body in separate sends: the body then waits for
+    the server's delayed ACK of the headers, 40 ms on Linux, on every call
+    with a body (measured: exec round trip 44 ms sync, 2 ms async, whose
+    backend sets TCP_NODELAY). For httpx < 0.24.1, which has no
+    socket_options.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        stream = self._inner.connect_tcp(*args, **kwargs)
+        sock = stream.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(*_NODELAY[0])
+        return stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _sync_transport(limits: httpx.Limits) -> httpx.HTTPTransport:
+    """An HTTP transport whose connections have TCP_NODELAY set."""
+    try:
+        return httpx.HTTPTransport(limits=limits, socket_options=_NODELAY)  # type: ignore[call-arg]
+    except TypeError:  # httpx < 0.24.1
+        t = httpx.HTTPTransport(limits=limits)
+        pool = getattr(t, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is not None:
+            pool._network_backend = _NoDelayBackend(backend)  # type: ignore[union-attr]
+        return t
+
+
 class Client(_Base):
     """A connection pool to one DSec server, for :class:`~libdsec.Sandbox`.
 
@@ -127,7 +169,9 @@ class Client(_Base):
 
     def __init__(self, url: str | None = None, token: str | None = None, **options: Any) -> None:
         super().__init__(url, token, **options)
-        self._http = httpx.Client(**self._client_kwargs())
+        kw = self._client_kwargs()
+        kw["transport"] = _sync_transport(kw["limits"])
+        self._http = httpx.Client(**kw)
 
     @classmethod
     def shared(cls, url: str | None = None, token: str | None = None) -> Client:

@@ -603,3 +603,50 @@ def test_shared_clients() -> None:
         return c
 
     assert asyncio.run(per_loop()) is not asyncio.run(per_loop())
+
+
+def test_sync_client_sets_tcp_nodelay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync client's connections send at once (TCP_NODELAY): with
+    Nagle on, a request's body waited for the server's delayed ACK of its
+    headers, 40 ms a call."""
+    import http.server
+    import socket
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep the connection open
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    made: list[socket.socket] = []
+    real = socket.create_connection
+
+    def spy(*args: Any, **kwargs: Any) -> socket.socket:
+        s = real(*args, **kwargs)
+        made.append(s)
+        return s
+
+    monkeypatch.setattr(socket, "create_connection", spy)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with libdsec.Client(url, token="t") as c:
+            c._http.post("/x", json={"a": 1})
+            assert made and made[-1].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        # Negative control: httpx's own sync client leaves Nagle on.
+        with httpx.Client(base_url=url) as plain:
+            plain.post("/x", json={"a": 1})
+            assert made[-1].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
