@@ -20,5 +20,8 @@ func main() {
 	if len(os.Args) == 2 && os.Args[1] == "sandbox" { // hidden: the container runtime only
 		os.Exit(sandboxMain(os.Stderr))
 	}
+	if len(os.Args) == 2 && os.Args[1] == "zygote" { // hidden: the container runtime only
+		os.Exit(guest.Zygote(os.NewFile(3, "zygote-conn")))
+	}
 	os.Exit(guest.Main(context.Background(), version, os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -145,6 +145,10 @@ func densityRound(b *testing.B, n int) {
 		mem = append(mem, []string{"agent " + k, fmt.Sprintf("%.0f", agents[k])})
 	}
 	mem = append(mem, []string{"memory cgroup usage", fmt.Sprintf("%.0f", agents["cgroup"])})
+	// The node's side: its memory grows with the sandboxes it tracks, and
+	// a fork copies its page tables.
+	self := procFields("/proc/self/status", "VmRSS")
+	mem = append(mem, []string{"node VmRSS (all, MiB)", fmt.Sprintf("%d", self["VmRSS"]/1024)})
 
 	// Destroy, and what comes back.
 	t := time.Now()

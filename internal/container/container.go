@@ -60,6 +60,10 @@ type Options struct {
 	HostUID, HostGID, IDCount int
 	// ReadyTimeout bounds a sandbox's start (default 30 s).
 	ReadyTimeout time.Duration
+	// NoZygote makes the node fork sandboxes itself instead of through
+	// `dsec-guest zygote` (see guest.Zygote): slower the more sandboxes
+	// run, for tests and comparisons.
+	NoZygote bool
 	// Version is passed to the agent.
 	Version string
 	// Pids is the default pids limit (512).
@@ -105,6 +109,10 @@ type Runtime struct {
 	log *slog.Logger
 
 	forker *forker
+
+	zmu          sync.Mutex // guards the following fields
+	zygote       *zygote
+	zygoteFailed bool // it could not start: the node forks itself
 
 	seccompOnce sync.Once
 	seccompProg []byte
@@ -175,6 +183,13 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Unlock()
 	for _, sb := range sbs {
 		sb.detach()
+	}
+	r.zmu.Lock()
+	z := r.zygote
+	r.zygote = nil
+	r.zmu.Unlock()
+	if z != nil {
+		z.close()
 	}
 	r.forker.close()
 	return unmountStateFS(filepath.Join(r.opt.StateDir, "sandboxes"))

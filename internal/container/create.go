@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -250,46 +249,13 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 		return 0, nil, nil, err
 	}
 	defer ns.Close()
-	cmd := exec.Command("/proc/self/fd/7", "sandbox")
-	cmd.Args[0] = "dsec-guest"
-	// One P: the agent is mostly idle, and fewer threads and heaps keep
-	// its memory down (commands never see this environment).
-	cmd.Env = []string{"GOMAXPROCS=1"}
-	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = files.console, files.console
-	// fds 3, 4, 5, 6 (cfg.RootFD) and 7 (the binary); nothing else is
-	// inherited.
-	cmd.ExtraFiles = []*os.File{files.cfgR, files.syncW, files.guestConn, root, bin}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.opt.HostUID, Size: r.opt.IDCount}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.opt.HostGID, Size: r.opt.IDCount}},
-		GidMappingsEnableSetgroups: true,
-		// Become the namespace's root (host HostUID), with no supplementary
-		// groups: host root is not mapped in the namespace, and a process
-		// running as an unmapped uid has no capabilities there.
-		Credential: &syscall.Credential{Uid: 0, Gid: 0},
-		// Its own session, and no parent-death signal: a sandbox outlives
-		// a restart of the node agent.
-		Setsid: true,
-	}
-	// Forked from a thread joined to the sandbox's network namespace (one
-	// the node owns: sandbox root has no CAP_NET_ADMIN over it), in the
-	// forker's small mount namespace.
-	if err := r.forker.fork(ns, cmd.Start); err != nil {
+	pid, wait, err := r.fork(ctx, ns, files.console, []*os.File{files.cfgR, files.syncW, files.guestConn, root, bin})
+	if err != nil {
 		return 0, nil, nil, fmt.Errorf("starting the sandbox: %w", err)
 	}
 	files.started()
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	wait := func() { <-done }
 	fail := func(err error) (int, func(), *agentproto.Client, error) {
-		_ = cmd.Process.Kill()
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 		return pid, wait, nil, err
 	}
 	// Under cgroup v1 the parent moves the child while it waits for its
@@ -320,6 +286,78 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 		return fail(fmt.Errorf("%w (console: %s)", setupError(files.syncR, err), consoleTail(dir)))
 	}
 	return pid, wait, client, nil
+}
+
+// fork starts a sandbox's first process (guest.SandboxCommand) with
+// extra as its fds 3–7, joined to network namespace ns (one the node
+// owns: sandbox root has no CAP_NET_ADMIN over it), from the forker's
+// small mount namespace: by the zygote, or if it cannot run, from a
+// forker thread of the node. It returns the pid and a function that
+// waits for the process to exit.
+func (r *Runtime) fork(ctx context.Context, ns, console *os.File, extra []*os.File) (int, func(), error) {
+	req := guest.ZygoteRequest{UID: r.opt.HostUID, GID: r.opt.HostGID, Count: r.opt.IDCount}
+	if z := r.zygoteFor(extra[4]); z != nil {
+		files := append([]*os.File{ns, console}, extra...)
+		pid, err := z.start(ctx, req, files)
+		if err == nil {
+			// Its parent is the zygote, which lets the kernel reap it.
+			return pid, func() { waitGone(pid) }, nil
+		}
+		if z.alive() {
+			return 0, nil, err
+		}
+		r.log.Warn("the zygote died; starting another", "err", err)
+		r.dropZygote(z)
+		if z = r.zygoteFor(extra[4]); z != nil {
+			pid, err := z.start(ctx, req, files)
+			if err != nil {
+				return 0, nil, err
+			}
+			return pid, func() { waitGone(pid) }, nil
+		}
+	}
+	cmd := guest.SandboxCommand(req, console, extra)
+	if err := r.forker.fork(ns, cmd.Start); err != nil {
+		return 0, nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	return cmd.Process.Pid, func() { <-done }, nil
+}
+
+// zygoteFor returns the runtime's zygote, starting one from bin (the
+// agent binary of the sandbox being created) if there is none; nil if
+// the zygote is off or cannot start (an older agent without one): the
+// node then forks itself.
+func (r *Runtime) zygoteFor(bin *os.File) *zygote {
+	r.zmu.Lock()
+	defer r.zmu.Unlock()
+	if r.opt.NoZygote || r.zygoteFailed {
+		return nil
+	}
+	if r.zygote == nil {
+		z, err := startZygote(r.forker, bin)
+		if err != nil {
+			r.log.Warn("no zygote: the node forks sandboxes itself", "err", err)
+			r.zygoteFailed = true
+			return nil
+		}
+		r.zygote = z
+	}
+	return r.zygote
+}
+
+// dropZygote forgets z (dead) so that the next create starts another.
+func (r *Runtime) dropZygote(z *zygote) {
+	r.zmu.Lock()
+	if r.zygote == z {
+		r.zygote = nil
+	}
+	r.zmu.Unlock()
+	z.close()
 }
 
 // startFiles are the descriptors start hands the sandbox: its config

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -122,7 +123,64 @@ func TestForkerMountTable(t *testing.T) {
 	if n := len(slices.DeleteFunc(host, func(l string) bool { return !strings.Contains(l, extra) })); n != 100 {
 		t.Errorf("the host's table shows %d of the 100 extra mounts", n)
 	}
-	// Sandboxes still start and reach their sockets and roots.
+	// Sandboxes still start and reach their sockets and roots; they are
+	// the zygote's children, and it forks from the small namespace too.
 	e := newIsoEnv(t, rt)
-	run(t, e.create(t, "small", nil), "true")
+	sb := e.create(t, "small", nil)
+	run(t, sb, "true")
+	rt.Runtime.zmu.Lock()
+	z := rt.Runtime.zygote
+	rt.Runtime.zmu.Unlock()
+	if z == nil {
+		t.Fatal("no zygote")
+	}
+	if ns := lines(fmt.Sprintf("/proc/%d/mountinfo", z.pid)); len(ns) > 40 {
+		t.Errorf("the zygote forks from %d mounts", len(ns))
+	}
+	stat := lines(fmt.Sprintf("/proc/%d/stat", sb.state.Pid))[0]
+	if f := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:]); len(f) < 2 || f[1] != strconv.Itoa(z.pid) {
+		t.Errorf("the sandbox's parent: %v, want the zygote %d", f, z.pid)
+	}
+}
+
+// TestZygoteRestarts checks that a create after the zygote died starts
+// another, and that closing the runtime ends it.
+func TestZygoteRestarts(t *testing.T) {
+	world.get(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{})
+	e := newIsoEnv(t, rt)
+	sb1 := e.create(t, "z1", nil)
+	run(t, sb1, "true")
+	zyg := func() *zygote {
+		rt.Runtime.zmu.Lock()
+		defer rt.Runtime.zmu.Unlock()
+		return rt.Runtime.zygote
+	}
+	z := zyg()
+	if z == nil {
+		t.Fatal("no zygote")
+	}
+	if err := syscall.Kill(z.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-z.done
+	sb2 := e.create(t, "z2", nil)
+	run(t, sb2, "true")
+	z2 := zyg()
+	if z2 == nil || z2 == z || !z2.alive() {
+		t.Fatalf("after the zygote died: %+v", z2)
+	}
+	// The first sandbox, whose parent died, still runs and goes.
+	run(t, sb1, "true")
+	ctx := context.Background()
+	must(t, sb1.Destroy(ctx))
+	must(t, sb2.Destroy(ctx))
+	must(t, rt.Runtime.Close(ctx))
+	select {
+	case <-z2.done:
+	default:
+		t.Error("the zygote outlived the runtime")
+	}
 }

@@ -20,3 +20,9 @@ func Init(ctx context.Context, argv []string) (int, error) {
 func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 	return nil, SandboxConfig{}, fmt.Errorf("dsec-guest sandbox: %w", errdefs.ErrNotSupported)
 }
+
+// Zygote is Linux-only.
+func Zygote(conn *os.File) int {
+	fmt.Fprintf(os.Stderr, "dsec-guest zygote: %v\n", errdefs.ErrNotSupported)
+	return 1
+}

@@ -39,3 +39,30 @@ const SockName = "agent.sock"
 // Ready is what `dsec-guest sandbox` writes on its sync pipe (fd 4) once
 // its agent listens; anything else written there is its setup error.
 const Ready = "ready"
+
+// ZygoteRequest asks `dsec-guest zygote` (see Zygote) to start a
+// sandbox's first process: root of its user namespace maps to host ids
+// UID and GID, Count of them.
+type ZygoteRequest struct {
+	UID   int `json:"uid"`
+	GID   int `json:"gid"`
+	Count int `json:"count"`
+}
+
+// ZygoteReply is the zygote's answer: the process's pid, or why none.
+type ZygoteReply struct {
+	Pid int    `json:"pid,omitempty"`
+	Err string `json:"err,omitempty"`
+}
+
+// The descriptors a ZygoteRequest carries, in order.
+const (
+	ZygoteFDNetns   = iota // the sandbox's network namespace, joined for the fork
+	ZygoteFDConsole        // its stdout and stderr
+	ZygoteFDConfig         // fd 3 in the sandbox (SandboxConfig)
+	ZygoteFDSync           // fd 4
+	ZygoteFDConn           // fd 5, the node's first connection
+	ZygoteFDRoot           // fd 6, SandboxConfig.RootFD
+	ZygoteFDBinary         // fd 7, dsec-guest itself
+	ZygoteFDs              // how many
+)

@@ -1,0 +1,132 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/guest"
+)
+
+// zygote is the node's end of `dsec-guest zygote` (see guest.Zygote):
+// the small process that forks sandboxes, so that a create does not copy
+// the node's page tables, which grow with every sandbox it tracks. It is
+// started from a forker thread, so it lives in the forker's small mount
+// namespace, and exits when its connection closes.
+//
+// Locking: mu serialises requests (one in flight: a fork is ~1 ms) and
+// guards conn.
+type zygote struct {
+	mu   sync.Mutex
+	conn *net.UnixConn
+	pid  int
+	done chan struct{} // closed when the process has exited
+}
+
+// startZygote starts a zygote from bin (a dsec-guest binary, open) on a
+// forker thread joined to the node's network namespace.
+func startZygote(f *forker, bin *os.File) (*zygote, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("making the zygote's connection: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote"), os.NewFile(uintptr(fds[1]), "zygote")
+	defer theirs.Close()
+	c, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, err
+	}
+	host, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	defer host.Close()
+	cmd := exec.Command("/proc/self/fd/4", "zygote")
+	cmd.Args[0] = "dsec-guest"
+	cmd.Env = []string{"GOMAXPROCS=1"}
+	cmd.Dir = "/"
+	cmd.Stderr = os.Stderr
+	cmd.ExtraFiles = []*os.File{theirs, bin}
+	if err := f.fork(host, cmd.Start); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("starting the zygote: %w", err)
+	}
+	z := &zygote{conn: c.(*net.UnixConn), pid: cmd.Process.Pid, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(z.done)
+	}()
+	return z, nil
+}
+
+// start asks the zygote for a sandbox's first process; files are in
+// guest.ZygoteFD* order. It returns the process's pid.
+func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os.File) (int, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return 0, err
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	_ = z.conn.SetDeadline(deadline)
+	if _, _, err := z.conn.WriteMsgUnix(b, syscall.UnixRights(fds...), nil); err != nil {
+		return 0, fmt.Errorf("asking the zygote: %w", err)
+	}
+	buf := make([]byte, 4096)
+	n, _, _, _, err := z.conn.ReadMsgUnix(buf, nil)
+	if err == nil && n == 0 {
+		err = errors.New("it closed its connection")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("the zygote's answer: %w", err)
+	}
+	var r guest.ZygoteReply
+	if err := json.Unmarshal(buf[:n], &r); err != nil {
+		return 0, fmt.Errorf("the zygote's answer: %w", err)
+	}
+	if r.Err != "" {
+		return 0, errors.New(r.Err)
+	}
+	return r.Pid, nil
+}
+
+// alive reports whether the zygote process still runs.
+func (z *zygote) alive() bool {
+	select {
+	case <-z.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// close ends the zygote (it exits when its connection closes) and waits
+// for it, killing it after a second.
+func (z *zygote) close() {
+	z.mu.Lock()
+	z.conn.Close()
+	z.mu.Unlock()
+	select {
+	case <-z.done:
+	case <-time.After(time.Second):
+		_ = syscall.Kill(z.pid, syscall.SIGKILL)
+		<-z.done
+	}
+}

@@ -1,0 +1,156 @@
+package guest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/dsec-dev/dsec/internal/sys"
+)
+
+// Zygote is `dsec-guest zygote`: a small process the container runtime
+// starts once and asks to fork every sandbox's first process. A fork
+// copies the forking process's page tables and makes it copy-on-write,
+// and the node grows with every sandbox it tracks (124 MiB at 1,000
+// here): forked from the node, each create cost more the more sandboxes
+// ran. The zygote stays a few MiB. It serves requests (ZygoteRequest,
+// with the descriptors of ZygoteFD* attached) one at a time on conn, a
+// SOCK_SEQPACKET socket, answers each with a ZygoteReply, and exits when
+// the node closes conn. It runs as the node's user, in the node's small
+// mount namespace; its children are reaped by the kernel (SIGCHLD
+// ignored) and watched by the node through /proc.
+func Zygote(conn *os.File) int {
+	// setns and the forks happen on this thread.
+	runtime.LockOSThread()
+	signal.Ignore(syscall.SIGCHLD)
+	c, err := net.FileConn(conn)
+	conn.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dsec-guest zygote: %v\n", err)
+		return 1
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "dsec-guest zygote: fd 3 is not a unix socket\n")
+		return 1
+	}
+	defer uc.Close()
+	host, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dsec-guest zygote: %v\n", err)
+		return 1
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, syscall.CmsgSpace(ZygoteFDs*4))
+	for {
+		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			return 0 // the node is gone
+		}
+		files, err := zygoteFiles(oob[:oobn])
+		var reply ZygoteReply
+		stuck := false
+		if err == nil {
+			var req ZygoteRequest
+			if err = json.Unmarshal(buf[:n], &req); err == nil {
+				reply.Pid, stuck, err = zygoteStart(req, files, host)
+			}
+		}
+		if err != nil {
+			reply.Err = err.Error()
+		}
+		for _, f := range files {
+			f.Close()
+		}
+		b, _ := json.Marshal(reply)
+		if _, _, err := uc.WriteMsgUnix(b, nil, nil); err != nil {
+			return 0
+		}
+		if stuck {
+			return 1 // in a sandbox's network: the node starts another
+		}
+	}
+}
+
+// zygoteFiles returns the descriptors of a request, in ZygoteFD* order.
+func zygoteFiles(oob []byte) ([]*os.File, error) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("reading the request's descriptors: %w", err)
+	}
+	var fds []int
+	for _, m := range msgs {
+		got, err := syscall.ParseUnixRights(&m)
+		if err != nil {
+			return nil, fmt.Errorf("reading the request's descriptors: %w", err)
+		}
+		fds = append(fds, got...)
+	}
+	files := make([]*os.File, len(fds))
+	for i, fd := range fds {
+		syscall.CloseOnExec(fd)
+		files[i] = os.NewFile(uintptr(fd), "request")
+	}
+	if len(files) != ZygoteFDs {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, fmt.Errorf("a request carries %d descriptors, want %d", len(files), ZygoteFDs)
+	}
+	return files, nil
+}
+
+// zygoteStart forks the sandbox's first process from this thread, joined
+// to the sandbox's network namespace for the fork, and returns its pid;
+// stuck if the thread could not go back to the host's network.
+func zygoteStart(req ZygoteRequest, f []*os.File, host *os.File) (pid int, stuck bool, err error) {
+	if err := sys.SetThreadNetns(f[ZygoteFDNetns]); err != nil {
+		return 0, false, err
+	}
+	cmd := SandboxCommand(req, f[ZygoteFDConsole], []*os.File{f[ZygoteFDConfig], f[ZygoteFDSync], f[ZygoteFDConn], f[ZygoteFDRoot], f[ZygoteFDBinary]})
+	err = cmd.Start()
+	if rerr := sys.SetThreadNetns(host); rerr != nil {
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
+		return 0, true, fmt.Errorf("back to the host's network: %w", rerr)
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return cmd.Process.Pid, false, nil
+}
+
+// SandboxCommand is a sandbox's first process: `dsec-guest sandbox`
+// executed from its layer file's descriptor (extra[4], fd 7 in the
+// child) in new user, mount, pid, uts and ipc namespaces, as root of the
+// user namespace mapped to req's host ids (host root is not mapped, and
+// a process running as an unmapped uid has no capabilities there), in a
+// session of its own and with no parent-death signal (a sandbox outlives
+// the node agent). extra become fds 3–7, the console its stdout and
+// stderr; nothing else is inherited.
+func SandboxCommand(req ZygoteRequest, console *os.File, extra []*os.File) *exec.Cmd {
+	cmd := exec.Command("/proc/self/fd/7", "sandbox")
+	cmd.Args[0] = "dsec-guest"
+	// One P: the agent is mostly idle, and fewer threads and heaps keep
+	// its memory down (commands never see this environment).
+	cmd.Env = []string{"GOMAXPROCS=1"}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = console, console
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.UID, Size: req.Count}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.GID, Size: req.Count}},
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+		Setsid:                     true,
+	}
+	return cmd
+}
