@@ -62,8 +62,12 @@ type SandboxChange struct {
 }
 
 // WatchSandboxes delivers every current record, then nil (the end of the
-// initial values), then every later change, until ctx ends. fn runs on one
-// goroutine, in order.
+// initial values), then later changes in revision order, until ctx ends.
+// fn runs on one goroutine, in order. Each key's changes end with its
+// latest state, but a state replaced soon after it was written may be
+// skipped (seen under load: a create's pending record, replaced by its
+// running one): consumers must be level-triggered, as the control
+// plane's cache is (it applies records by revision).
 func (s *Store) WatchSandboxes(ctx context.Context, log *slog.Logger, fn func(*SandboxChange)) error {
 	w, err := s.sandboxes.WatchAll(ctx)
 	if err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -85,23 +86,21 @@ func TestWatchSandboxes(t *testing.T) {
 	rev, _ := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StatePending}})
 	s.UpdateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StateRunning}}, rev)
 	s.PurgeSandbox(ctx, "before")
+	// Changes come in revision order and end with each key's latest
+	// state; a state replaced before the watcher read it may be skipped
+	// (the watcher's consumer may restart from the last value per key).
 	want := []string{"before:running", "after:pending", "after:running", "before:deleted"}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		mu.Lock()
-		n := len(seen)
 		got := append([]string(nil), seen...)
 		mu.Unlock()
-		if n >= len(want) {
-			for i := range want {
-				if got[i] != want[i] {
-					t.Fatalf("watch saw %q, want %q", got, want)
-				}
-			}
+		coalesced := slices.DeleteFunc(slices.Clone(want), func(s string) bool { return s == "after:pending" })
+		if slices.Equal(got, want) || slices.Equal(got, coalesced) {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watch saw %q, want %q", got, want)
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			t.Fatalf("watch saw %q, want %q (or without after:pending)", got, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
