@@ -72,6 +72,7 @@ bench: deps-bench build bench-container
 # then the same through the Python SDK against a fresh `dsec up`.
 bench-container: deps-bench build
 	$(GO) test -run '^$$' -bench 'VsOCI' -benchtime 10x -timeout 30m ./internal/container/
+	$(GO) test -run '^$$' -bench '^BenchmarkCycle$$' -benchtime 400x ./internal/container/
 	$(GO) test -run '^$$' -bench '^BenchmarkExec$$' -benchtime 2000x ./internal/container/
 	$(GO) test -run '^$$' -bench 'CreatePhases' -benchtime 300x ./internal/container/
 	$(GO) test -run '^$$' -bench 'Density' -benchtime 1x -timeout 60m ./internal/container/
