@@ -19,7 +19,8 @@ import (
 // (~3 µs each here; with 1,000 sandboxes' roots in the table, 9.5 ms a
 // create, a quarter of it with only their network namespaces left). The
 // small namespace holds what the first process needs before it pivots
-// into its root, at the host's paths: /proc, /dev, /sys and the state
+// into its root, at the host's paths: /proc, /dev, /sys (each without its
+// submounts) and the state
 // directory (its socket directory and root mount point). The agent
 // binary is executed through a descriptor; the root arrives as one.
 //
@@ -48,7 +49,10 @@ type forkReq struct {
 func newForker(n int, stateDir string) (*forker, error) {
 	f := &forker{
 		mountpoint: filepath.Join(stateDir, "forker"),
-		binds: []sys.Bind{{Path: "/proc"}, {Path: "/dev"}, {Path: "/sys", Recursive: true},
+		// /sys without its submounts (cgroup hierarchies, debugfs, …):
+		// sandboxes mask those paths anyway, and each submount was one
+		// more mount every sandbox copied and tore down.
+		binds: []sys.Bind{{Path: "/proc"}, {Path: "/dev"}, {Path: "/sys"},
 			{Path: filepath.Join(stateDir, "sandboxes")}},
 		reqs: make(chan forkReq),
 		stop: make(chan struct{}),
