@@ -302,6 +302,13 @@ func (m *Manager) reusable(ep *endpoint) *os.File {
 		return nil
 	}
 	n, err := socketsIn(ns)
+	if err == nil && n == 0 {
+		// Cached routes carry what the namespace learnt of destinations
+		// (path MTUs): they go.
+		err = sys.InNetns(ns, func() error {
+			return os.WriteFile("/proc/sys/net/ipv4/route/flush", []byte("1"), 0)
+		})
+	}
 	if err != nil || n > 0 {
 		ns.Close()
 		return nil

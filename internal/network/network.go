@@ -102,8 +102,9 @@ type Options struct {
 	// as usual; other sockets go with the last process); the pool
 	// then holds up to twice PoolSize. Building a namespace and its veth
 	// pair, and the kernel's teardown of one, cost ~3 ms of CPU each
-	// sandbox, a fifth of a create-to-destroy cycle. What carries over
-	// to the next sandbox is what its root cannot change or reset: the
+	// sandbox, a fifth of a create-to-destroy cycle. Cached routes are
+	// flushed and TCP metrics never kept (tcp_no_metrics_save), so no
+	// destination carries over; what does is what nobody can reset: the
 	// interface's and the namespace's traffic counters (ip -s link,
 	// /proc/net/snmp), so a sandbox can learn how much its predecessors
 	// on the slot sent. Off by default; meant for nodes that run one

@@ -3,6 +3,8 @@ package network
 import (
 	"context"
 	"net"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -39,6 +41,18 @@ func TestReuse(t *testing.T) {
 	}
 	if b.Addr != a.Addr || b.HostIf != a.HostIf {
 		t.Errorf("b got %s on %s, want a's reused %s on %s", b.Addr, b.HostIf, a.Addr, a.HostIf)
+	}
+	// No destination a talked to is remembered for b: TCP metrics are
+	// never kept in sandbox namespaces (the host keeps them).
+	var nsVal string
+	must(t, EnterNetns(b.NetnsPath, func() error {
+		v, err := os.ReadFile("/proc/sys/net/ipv4/tcp_no_metrics_save")
+		nsVal = strings.TrimSpace(string(v))
+		return err
+	}))
+	hostVal, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_no_metrics_save")
+	if nsVal != "1" || strings.TrimSpace(string(hostVal)) != "0" {
+		t.Errorf("tcp_no_metrics_save: %q in the sandbox's namespace, %q on the host; want 1 and 0", nsVal, hostVal)
 	}
 	// Only b's policy applies: a's open egress went with a.
 	if _, err := dial(b.NetnsPath, inetPublic, 80); err == nil {

@@ -40,7 +40,10 @@ var nsSysctls = []struct {
 	values [][2]string
 }{
 	{"/proc/sys/net/ipv6/conf", [][2]string{{"all/disable_ipv6", "1"}, {"default/disable_ipv6", "1"}}},
-	{"/proc/sys/net/ipv4", [][2]string{{"ip_unprivileged_port_start", "0"}, {"ping_group_range", "0 2147483647"}}},
+	// tcp_no_metrics_save: no per-destination TCP metrics (ip
+	// tcp_metrics), which would tell a reused namespace's next sandbox
+	// where its predecessors connected (Options.Reuse).
+	{"/proc/sys/net/ipv4", [][2]string{{"ip_unprivileged_port_start", "0"}, {"ping_group_range", "0 2147483647"}, {"tcp_no_metrics_save", "1"}}},
 }
 
 // build makes a slot: a namespace, its veth pair, addresses, routes,
