@@ -107,8 +107,8 @@ type Options struct {
 	// destination carries over; what does is what nobody can reset: the
 	// interface's and the namespace's traffic counters (ip -s link,
 	// /proc/net/snmp), so a sandbox can learn how much its predecessors
-	// on the slot sent. Off by default; meant for nodes that run one
-	// tenant's sandboxes (one training job's rollouts).
+	// on the slot sent, or leave its successors a message there (a
+	// covert channel between sandboxes). Off by default.
 	Reuse bool
 	// Logger receives background errors (pool refills, async cleanup).
 	Logger *slog.Logger
