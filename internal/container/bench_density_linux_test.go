@@ -94,7 +94,10 @@ func densityRound(b *testing.B, n int) {
 	start := time.Now()
 	lat, _, err := parallel(n, conc, func(i int) (time.Duration, error) {
 		t := time.Now()
-		sb, err := rt.Create(ctx, benchSpec(fmt.Sprintf("d%d", i)))
+		// Networking on: each with a veth pair of the node's.
+		spec := benchSpec(fmt.Sprintf("d%d", i))
+		spec.Network = benchLinked
+		sb, err := rt.Create(ctx, spec)
 		if err != nil {
 			return 0, fmt.Errorf("sandbox %d: %w", i, err)
 		}

@@ -48,8 +48,10 @@ type cycleSample struct {
 var trueCmd = sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"true"}}}
 
 func cycleOnce(ctx context.Context, rt *testRuntime, id string) (cycleSample, error) {
+	spec := benchSpec(id)
+	spec.Network = rt.benchNet
 	t0 := time.Now()
-	sb, err := rt.Create(ctx, benchSpec(id))
+	sb, err := rt.Create(ctx, spec)
 	if err != nil {
 		return cycleSample{}, err
 	}
@@ -135,23 +137,28 @@ func concName(conc int) string {
 // at a time (seq) and from 8 goroutines (par8). ns/op is the wall time
 // per sandbox, so par8's is the inverse of its rate.
 func BenchmarkCycle(b *testing.B) {
-	for _, reuse := range []bool{false, true} {
+	for _, mode := range []string{"", "net-", "net-reuse-"} {
 		for _, conc := range []int{1, 8} {
-			name := concName(conc)
-			if reuse {
-				name = "reuse-" + name
-			}
-			b.Run(name, func(b *testing.B) { benchCycle(b, conc, reuse) })
+			b.Run(mode+concName(conc), func(b *testing.B) { benchCycle(b, conc, mode) })
 		}
 	}
 }
 
-// benchCycle is BenchmarkCycle's run of conc goroutines, with network
-// namespaces reused or not.
-func benchCycle(b *testing.B, conc int, reuse bool) {
+// benchLinked is the policy of the benchmarks' sandboxes with a network
+// of the node's: an allow-list (a veth pair, routes and nftables
+// elements) the benchmark never uses.
+var benchLinked = &api.NetworkPolicy{Egress: api.EgressAllowlist, Allow: []api.NetworkRule{{CIDR: "203.0.113.7/32", Proto: "tcp", Ports: "9"}}}
+
+// benchCycle is BenchmarkCycle's run of conc goroutines: sandboxes
+// without network access (mode ""), with a network of the node's
+// ("net-"), and with those namespaces reused ("net-reuse-").
+func benchCycle(b *testing.B, conc int, mode string) {
 	dir := b.TempDir()
 	b.Cleanup(func() { checkHost(b, dir) })
-	rt := newRuntime(b, dir, runtimeOptions{pool: 32, reuse: reuse})
+	rt := newRuntime(b, dir, runtimeOptions{pool: 32, reuse: mode == "net-reuse-"})
+	if mode != "" {
+		rt.benchNet = benchLinked
+	}
 	ctx := context.Background()
 	if _, _, err := parallel(2*conc, conc, func(i int) (cycleSample, error) {
 		return cycleOnce(ctx, rt, fmt.Sprintf("warm-%d", i))

@@ -248,11 +248,17 @@ type ociResult struct {
 func benchVsOCI(b *testing.B, conc int) {
 	dir := b.TempDir()
 	b.Cleanup(func() { checkHost(b, dir) })
+	// dsec: sandboxes without network access, each in a namespace of its
+	// own with lo alone, as the OCI bundle's. dsec-net: with a network of
+	// the node's (veth pair, routes, nftables); dsec-net-reuse: the same
+	// with namespaces reused (network.Options.Reuse).
 	rt := newRuntime(b, dir, runtimeOptions{pool: 32})
-	// The same with network namespaces reused (network.Options.Reuse).
-	reuseDir := b.TempDir()
-	b.Cleanup(func() { checkHost(b, reuseDir) })
+	netDir, reuseDir := b.TempDir(), b.TempDir()
+	b.Cleanup(func() { checkHost(b, netDir); checkHost(b, reuseDir) })
+	rtNet := newRuntime(b, netDir, runtimeOptions{pool: 32})
+	rtNet.benchNet = benchLinked
 	rtReuse := newRuntime(b, reuseDir, runtimeOptions{pool: 32, reuse: true})
+	rtReuse.benchNet = benchLinked
 	ocis, missing := lookOCI(dir)
 	if len(missing) > 0 {
 		b.Logf("not installed (scripts/deps.sh bench): %s", strings.Join(missing, ", "))
@@ -267,17 +273,14 @@ func benchVsOCI(b *testing.B, conc int) {
 	ctx := context.Background()
 	block := 16 * conc // cycles per runtime per round
 
-	results := []*ociResult{{name: "dsec"}, {name: "dsec-reuse"}}
+	results := []*ociResult{{name: "dsec"}, {name: "dsec-net"}, {name: "dsec-net-reuse"}}
 	for _, o := range ocis {
 		results = append(results, &ociResult{name: o.name})
 	}
 	var seq atomic.Int64 // names DSec's sandboxes
 	runBlock := func(r *ociResult, n int, record bool) error {
 		if strings.HasPrefix(r.name, "dsec") {
-			on := rt
-			if r.name == "dsec-reuse" {
-				on = rtReuse
-			}
+			on := map[string]*testRuntime{"dsec": rt, "dsec-net": rtNet, "dsec-net-reuse": rtReuse}[r.name]
 			ss, wall, err := parallel(n, conc, func(int) (cycleSample, error) {
 				return cycleOnce(ctx, on, fmt.Sprintf("v%d", seq.Add(1)))
 			})

@@ -125,7 +125,10 @@ func benchPhases(b *testing.B, pool int) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		sb, err := rt.Create(ctx, benchSpec(fmt.Sprintf("ph-%d", i)))
+		// With a network of the node's: its acquisition is a phase.
+		spec := benchSpec(fmt.Sprintf("ph-%d", i))
+		spec.Network = benchLinked
+		sb, err := rt.Create(ctx, spec)
 		if err != nil {
 			b.Fatal(err)
 		}

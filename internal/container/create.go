@@ -130,16 +130,21 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	if err != nil {
 		return nil, err
 	}
-	ep, err := r.opt.Network.Acquire(ctx, spec.ID, policy)
-	if err != nil {
-		return nil, err
-	}
-	cu.Add(func() {
-		if err := r.opt.Network.Release(context.Background(), spec.ID); err != nil {
-			r.log.Warn("releasing network of a failed create", "sandbox", spec.ID, "err", err)
+	// A sandbox that may reach nothing gets a namespace of its own with
+	// only its loopback interface, made by its clone: no veth, address,
+	// route or firewall element (the default policy, and the cheapest).
+	ep := &network.Endpoint{}
+	if !policy.Isolated() {
+		if ep, err = r.opt.Network.Acquire(ctx, spec.ID, policy); err != nil {
+			return nil, err
 		}
-	})
-	st.Netns = ep.NetnsPath
+		cu.Add(func() {
+			if err := r.opt.Network.Release(context.Background(), spec.ID); err != nil {
+				r.log.Warn("releasing network of a failed create", "sandbox", spec.ID, "err", err)
+			}
+		})
+		st.Netns = ep.NetnsPath
+	}
 
 	sockDir := filepath.Join(dir, "sock")
 	if err := os.Mkdir(sockDir, 0o700); err != nil {
@@ -154,7 +159,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, err
 	}
 	cfg := guest.SandboxConfig{
-		Rootfs: rootfs, RootFD: 6, SockDir: sockDir, Hostname: hostname(spec.ID),
+		Rootfs: rootfs, RootFD: 6, OwnNetwork: st.Netns == "", SockDir: sockDir, Hostname: hostname(spec.ID),
 		Hosts:      hostsFile(spec.ID, ep),
 		ResolvConf: resolvConf(ep),
 		Seccomp:    prog,
@@ -244,12 +249,18 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 		return 0, nil, nil, err
 	}
 	defer bin.Close()
-	ns, err := sys.OpenNetns(netns)
+	// Without a netns of the node's, the process makes its own (the
+	// forking thread then stays in the node's).
+	nsPath := netns
+	if nsPath == "" {
+		nsPath = "/proc/self/ns/net"
+	}
+	ns, err := sys.OpenNetns(nsPath)
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	defer ns.Close()
-	pid, wait, err := r.fork(ctx, ns, files.console, []*os.File{files.cfgR, files.syncW, files.guestConn, root, bin})
+	pid, wait, err := r.fork(ctx, ns, netns == "", files.console, []*os.File{files.cfgR, files.syncW, files.guestConn, root, bin})
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("starting the sandbox: %w", err)
 	}
@@ -290,12 +301,13 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 
 // fork starts a sandbox's first process (guest.SandboxCommand) with
 // extra as its fds 3–7, joined to network namespace ns (one the node
-// owns: sandbox root has no CAP_NET_ADMIN over it), from the forker's
+// owns: sandbox root has no CAP_NET_ADMIN over it) or, with newNet, in
+// a new one of its own, from the forker's
 // small mount namespace: by the zygote, or if it cannot run, from a
 // forker thread of the node. It returns the pid and a function that
 // waits for the process to exit.
-func (r *Runtime) fork(ctx context.Context, ns, console *os.File, extra []*os.File) (int, func(), error) {
-	req := guest.ZygoteRequest{UID: r.opt.HostUID, GID: r.opt.HostGID, Count: r.opt.IDCount}
+func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *os.File, extra []*os.File) (int, func(), error) {
+	req := guest.ZygoteRequest{UID: r.opt.HostUID, GID: r.opt.HostGID, Count: r.opt.IDCount, NewNet: newNet}
 	if z := r.zygoteFor(extra[4]); z != nil {
 		files := append([]*os.File{ns, console}, extra...)
 		pid, err := z.start(ctx, req, files)

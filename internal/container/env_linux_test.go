@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"fmt"
+	"github.com/dsec-dev/dsec/api"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -179,6 +180,9 @@ type testRuntime struct {
 	layers *layercache.Cache
 	nets   *network.Manager
 	names  testenv.Sandboxes
+	// benchNet is the network policy of the benchmarks' sandboxes
+	// (nil: none, a namespace of their own with lo alone).
+	benchNet *api.NetworkPolicy
 }
 
 // Close closes the runtime, then what it used; live sandboxes keep their

@@ -112,8 +112,18 @@ func hostGet(t *testing.T, method, url string) string {
 
 // testNetwork covers §3.3: metadata, the node and control plane,
 // neighbours, raw sockets.
-func testNetwork(t *testing.T, e *isoEnv, main *Sandbox) {
+func testNetwork(t *testing.T, e *isoEnv, isolated *Sandbox) {
 	ctx := context.Background()
+	// The default policy (no egress) gives a sandbox a namespace of its
+	// own with only lo: the probes below run from it too. The sandbox the
+	// node links is the one with a narrow allow-list (nothing here is on
+	// it).
+	main := e.create(t, "iso-net", func(s *sandbox.Spec) {
+		s.Network = &api.NetworkPolicy{Egress: api.EgressAllowlist, Allow: []api.NetworkRule{{CIDR: "203.0.113.7/32", Proto: "tcp", Ports: "9"}}}
+	})
+	if _, ok := e.rt.nets.Endpoint(isolated.ID()); ok {
+		t.Errorf("a sandbox without egress has a node-made network")
+	}
 	mainEP, ok := e.rt.nets.Endpoint(main.ID())
 	if !ok {
 		t.Fatal("no endpoint for the main sandbox")
@@ -149,8 +159,9 @@ func testNetwork(t *testing.T, e *isoEnv, main *Sandbox) {
 		rl := serveHTTP(t, ln, "AKIA-dsec-isolation-credentials")
 		target := ln.Addr().String()
 		url := "http://" + target + "/latest/meta-data/iam/security-credentials/"
-		got := probeIn(t, main, "connect", target)
-		expect(t, "sandbox", got, map[string][]string{target: notConnected})
+		for _, sb := range []*Sandbox{main, isolated} {
+			expect(t, sb.ID(), probeIn(t, sb, "connect", target), map[string][]string{target: notConnected})
+		}
 		res := run(t, main, "wget", "-q", "-O-", "-T", "2", url)
 		if res.ExitCode == 0 || strings.Contains(res.Stdout, "AKIA") {
 			t.Errorf("wget of the metadata service from the sandbox: %+v", res)
@@ -183,8 +194,9 @@ func testNetwork(t *testing.T, e *isoEnv, main *Sandbox) {
 
 	t.Run("A32_node_and_control_plane", func(t *testing.T) {
 		targets := []string{mainEP.Gateway.String() + ":" + port, addr.String() + ":" + port, "127.0.0.1:" + port}
-		got := probeIn(t, main, append([]string{"connect"}, targets...)...)
-		expect(t, "sandbox", got, all(targets, notConnected...))
+		for _, sb := range []*Sandbox{main, isolated} {
+			expect(t, sb.ID(), probeIn(t, sb, append([]string{"connect"}, targets...)...), all(targets, notConnected...))
+		}
 		if n := node.from(mainEP.Addr); n != 0 {
 			t.Errorf("the node accepted %d connections from the sandbox", n)
 		}
@@ -222,7 +234,9 @@ func testNetwork(t *testing.T, e *isoEnv, main *Sandbox) {
 	})
 
 	t.Run("A34_lateral", func(t *testing.T) {
-		nb := e.create(t, "iso-neighbour", nil)
+		nb := e.create(t, "iso-neighbour", func(s *sandbox.Spec) {
+			s.Network = &api.NetworkPolicy{Egress: api.EgressAllowlist, Allow: []api.NetworkRule{{CIDR: "203.0.113.7/32", Proto: "tcp", Ports: "9"}}}
+		})
 		nbEP, _ := e.rt.nets.Endpoint(nb.ID())
 		// The neighbour serves on 8080, and the node may connect to it.
 		if err := e.rt.nets.SetPolicy(ctx, nb.ID(), network.Policy{Mode: network.ModeNone, Inbound: []network.Port{{Proto: network.ProtoTCP, Port: 8080}}}); err != nil {
@@ -263,7 +277,7 @@ func testNetwork(t *testing.T, e *isoEnv, main *Sandbox) {
 			base[3] = byte(i)
 			targets = append(targets, netip.AddrPortFrom(netip.AddrFrom4(base), 8080).String())
 		}
-		for _, sb := range []*Sandbox{attacker, main} {
+		for _, sb := range []*Sandbox{attacker, main, isolated} {
 			got := probeIn(t, sb, append([]string{"connect"}, targets...)...)
 			expect(t, sb.ID(), got, all(targets, notConnected...))
 		}
@@ -283,7 +297,17 @@ func testNetwork(t *testing.T, e *isoEnv, main *Sandbox) {
 
 	t.Run("A35_raw_sockets", func(t *testing.T) {
 		calls := []string{"socket:17,3,0", "socket:17,2,0", "socket:2,3,1", "socket:2,3,255", "socket:10,3,58"}
-		expect(t, "sandbox", probeIn(t, main, sysArgs(calls...)...), all(calls, "EPERM"))
+		// The isolated sandbox's root owns its namespace, but commands
+		// hold no capability in it.
+		for _, sb := range []*Sandbox{main, isolated} {
+			expect(t, sb.ID(), probeIn(t, sb, sysArgs(calls...)...), all(calls, "EPERM"))
+		}
+		if res := run(t, isolated, "ip", "link", "add", "d0", "type", "dummy"); res.ExitCode == 0 {
+			t.Errorf("ip link add in the isolated sandbox: %+v", res)
+		}
+		if res := run(t, isolated, "ip", "-o", "link"); strings.Count(strings.TrimSpace(res.Stdout), "\n") != 0 || !strings.Contains(res.Stdout, "lo:") {
+			t.Errorf("the isolated sandbox's links: %q, want lo alone", res.Stdout)
+		}
 		expect(t, "host root (negative control)", e.hostProbe(t, nil, sysArgs(calls...)...), all(calls, "OK"))
 		// A forged source: the sandbox cannot even take another address.
 		if res := run(t, main, "ip", "addr", "add", "198.51.100.7/32", "dev", "eth0"); res.ExitCode == 0 {

@@ -315,13 +315,19 @@ func TestRealTask(t *testing.T) {
 	t.Cleanup(func() { checkHost(t, dir) }) // after the runtime's own cleanup
 	rt := newRuntime(t, dir, runtimeOptions{})
 	n := 0
-	create := func(t *testing.T, memMB, diskMB int) sandbox.Sandbox {
+	// linked: a narrow allow-list, for a network of the node's.
+	linked := &api.NetworkPolicy{Egress: api.EgressAllowlist, Allow: []api.NetworkRule{{CIDR: "203.0.113.7/32", Proto: "tcp", Ports: "9"}}}
+	create := func(t *testing.T, memMB, diskMB int, policy ...*api.NetworkPolicy) sandbox.Sandbox {
 		t.Helper()
 		n++
 		start := time.Now()
-		sb, err := rt.Create(context.Background(), sandbox.Spec{
+		spec := sandbox.Spec{
 			ID: fmt.Sprintf("real-%d", n), Tier: Tier, Image: img, CPU: 2, MemoryMB: memMB, DiskMB: diskMB,
-		})
+		}
+		if len(policy) > 0 {
+			spec.Network = policy[0]
+		}
+		sb, err := rt.Create(context.Background(), spec)
 		if err != nil {
 			t.Fatalf("Create: %v", err)
 		}
@@ -338,7 +344,9 @@ func TestRealTask(t *testing.T) {
 	t.Run("WritesLiveAndDieWithTheSandbox", func(t *testing.T) {
 		testWritesLifetime(t, func() sandbox.Sandbox { return create(t, 256, 64) })
 	})
-	t.Run("SiblingsIsolated", func(t *testing.T) { testSiblingsIsolated(t, create(t, 256, 64), create(t, 256, 64)) })
+	// Siblings with networks of the node's (those without any have only
+	// their own loopback interfaces, and nothing to reach each other by).
+	t.Run("SiblingsIsolated", func(t *testing.T) { testSiblingsIsolated(t, create(t, 256, 64, linked), create(t, 256, 64, linked)) })
 }
 
 // testGoBuildAndTest builds and tests the workspace's module with the

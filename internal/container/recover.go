@@ -105,7 +105,9 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := r.opt.Network.Endpoint(st.Spec.ID); !ok {
+	// (A sandbox without network access has its own namespace: no
+	// endpoint.)
+	if _, ok := r.opt.Network.Endpoint(st.Spec.ID); !ok && st.Netns != "" {
 		return nil, errors.New("its network is gone")
 	}
 	cg, err := r.opt.Cgroups.Open(st.Spec.ID)

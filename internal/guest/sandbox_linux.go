@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -58,6 +59,12 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		// Nothing we mount propagates back to the host.
 		{"making mounts private", func() error { return syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") }},
 		{"setting the hostname", func() error { return syscall.Sethostname([]byte(cfg.Hostname)) }},
+		{"bringing up the loopback network", func() error {
+			if !cfg.OwnNetwork {
+				return nil
+			}
+			return ownNetwork()
+		}},
 		// pivot_root needs the new root to be a mount point of ours (the
 		// overlay is locked, inherited from a more privileged namespace).
 		// An attached root is one already.
@@ -258,6 +265,34 @@ func bindSys(root string, m *masker) error {
 		}
 	}
 	return nil
+}
+
+// ownNetwork sets up a network namespace of the sandbox's own: the
+// sysctls the node sets in the namespaces it makes, then lo up. Sandbox
+// root (this process) owns the namespace; commands, which hold no
+// capability, can change nothing in it.
+func ownNetwork() error {
+	// Every group may ping: the range must be groups mapped in our user
+	// namespace.
+	groups := "0 0"
+	if b, err := os.ReadFile("/proc/self/gid_map"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			if n, err := strconv.Atoi(f[2]); err == nil && n > 0 {
+				groups = "0 " + strconv.Itoa(n-1)
+			}
+		}
+	}
+	for _, kv := range [][2]string{
+		{"ipv6/conf/all/disable_ipv6", "1"}, {"ipv6/conf/default/disable_ipv6", "1"},
+		{"ipv4/ip_unprivileged_port_start", "0"}, {"ipv4/ping_group_range", groups},
+		{"ipv4/tcp_no_metrics_save", "1"},
+	} {
+		err := os.WriteFile("/proc/sys/net/"+kv[0], []byte(kv[1]), 0)
+		if err != nil && !(errors.Is(err, os.ErrNotExist) && strings.HasPrefix(kv[0], "ipv6")) {
+			return fmt.Errorf("sysctl net/%s: %w", kv[0], err)
+		}
+	}
+	return sys.SetLinkUp("lo")
 }
 
 // masker hides directories under an empty read-only tmpfs: one tmpfs,

@@ -9,6 +9,11 @@ type SandboxConfig struct {
 	// the root is attached on (RootFD) or, without RootFD, a mount in the
 	// host's table, which the new mount namespace starts as a copy of.
 	Rootfs string `json:"rootfs"`
+	// OwnNetwork: the process was cloned into a network namespace of its
+	// own (CLONE_NEWNET with its user namespace): a sandbox without any
+	// network access has only its loopback interface, which the setup
+	// brings up, and sets the sysctls the node sets in its namespaces.
+	OwnNetwork bool `json:"own_network,omitempty"`
 	// RootFD, if not 0, is a descriptor of the root: a detached mount of
 	// the overlay the node built (see sys.CloneMount), which never enters
 	// the host's mount table.
@@ -47,6 +52,9 @@ type ZygoteRequest struct {
 	UID   int `json:"uid"`
 	GID   int `json:"gid"`
 	Count int `json:"count"`
+	// NewNet clones the process into a new network namespace (owned by
+	// its user namespace) instead of the one passed.
+	NewNet bool `json:"new_net,omitempty"`
 }
 
 // ZygoteReply is the zygote's answer: the process's pid, or why none.

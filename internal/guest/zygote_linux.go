@@ -143,9 +143,13 @@ func SandboxCommand(req ZygoteRequest, console *os.File, extra []*os.File) *exec
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = console, console
 	cmd.ExtraFiles = extra
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+		syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC)
+	if req.NewNet {
+		flags |= syscall.CLONE_NEWNET
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		Cloneflags:                 flags,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.UID, Size: req.Count}},
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.GID, Size: req.Count}},
 		GidMappingsEnableSetgroups: true,

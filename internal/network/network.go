@@ -198,6 +198,13 @@ type Policy struct {
 	Inbound []Port
 }
 
+// Isolated reports whether p lets nothing in or out (ModeNone, no
+// inbound port): such a sandbox needs no link to the node, only a
+// namespace with its loopback interface.
+func (p Policy) Isolated() bool {
+	return (p.Mode == "" || p.Mode == ModeNone) && len(p.Inbound) == 0
+}
+
 // Rule allows one destination: a range (Prefix) or a DNS name (Host),
 // optionally one protocol and a range of its ports.
 type Rule struct {

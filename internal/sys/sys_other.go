@@ -71,3 +71,5 @@ type Bind struct {
 
 func EnterSmallMountNS(string, []Bind) error { return errdefs.ErrNotSupported }
 func SetThreadNetns(*os.File) error          { return errdefs.ErrNotSupported }
+
+func SetLinkUp(string) error { return errdefs.ErrNotSupported }
