@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -315,11 +316,15 @@ func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *o
 			// Its parent is the zygote, which lets the kernel reap it.
 			return pid, func() { waitGone(pid) }, nil
 		}
-		if z.alive() {
+		if errors.Is(err, errRefused) {
 			return 0, nil, err
 		}
-		r.log.Warn("the zygote died; starting another", "err", err)
+		// Dead, or out of step (a timed-out answer): start another.
+		r.log.Warn("dropping the zygote; starting another", "err", err)
 		r.dropZygote(z)
+		if ctx.Err() != nil {
+			return 0, nil, err
+		}
 		if z = r.zygoteFor(extra[4]); z != nil {
 			pid, err := z.start(ctx, req, files)
 			if err != nil {

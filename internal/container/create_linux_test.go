@@ -11,8 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/guest"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -183,4 +185,36 @@ func TestZygoteRestarts(t *testing.T) {
 	default:
 		t.Error("the zygote outlived the runtime")
 	}
+}
+
+// TestZygoteAnswers checks the zygote's protocol: a request it cannot
+// serve (no descriptors) is refused with the connection still in step,
+// a request that cannot be sent (past its deadline) is an error of
+// another kind (the runtime then drops the zygote), and sandboxes start
+// after both.
+func TestZygoteAnswers(t *testing.T) {
+	world.get(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{})
+	e := newIsoEnv(t, rt)
+	run(t, e.create(t, "a1", nil), "true")
+	rt.Runtime.zmu.Lock()
+	z := rt.Runtime.zygote
+	rt.Runtime.zmu.Unlock()
+	if z == nil {
+		t.Fatal("no zygote")
+	}
+	if _, err := z.start(context.Background(), guest.ZygoteRequest{}, nil); !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "descriptors") {
+		t.Errorf("a request without descriptors: %v, want a refusal", err)
+	}
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := z.start(past, guest.ZygoteRequest{}, nil); err == nil || errors.Is(err, errRefused) {
+		t.Errorf("a request past its deadline: %v, want a transport error", err)
+	}
+	if !z.alive() {
+		t.Error("the zygote died")
+	}
+	run(t, e.create(t, "a2", nil), "true")
 }

@@ -68,8 +68,16 @@ func startZygote(f *forker, bin *os.File) (*zygote, error) {
 	return z, nil
 }
 
+// errRefused is the zygote's own answer that it could not start a
+// process: the connection is still in step.
+var errRefused = errors.New("refused")
+
 // start asks the zygote for a sandbox's first process; files are in
-// guest.ZygoteFD* order. It returns the process's pid.
+// guest.ZygoteFD* order. It returns the process's pid. An error that is
+// not the zygote's answer (wrapping errRefused) leaves requests and
+// answers out of step: the caller must drop the zygote. (A process it
+// forked for a request it could not answer exits by itself: its config
+// pipe closes unread.)
 func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os.File) (int, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -102,7 +110,7 @@ func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os
 		return 0, fmt.Errorf("the zygote's answer: %w", err)
 	}
 	if r.Err != "" {
-		return 0, errors.New(r.Err)
+		return 0, fmt.Errorf("%w: %s", errRefused, r.Err)
 	}
 	return r.Pid, nil
 }
