@@ -110,6 +110,12 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(10)
         subprocess.run(["rm", "-rf", str(self.tmp)], check=False)
+        # The node leaves its cgroup parent, empty, when it stops.
+        for parent in list(Path("/sys/fs/cgroup").glob("*/dsec-pybench")) + [Path("/sys/fs/cgroup/dsec-pybench")]:
+            try:
+                parent.rmdir()
+            except OSError:
+                pass
 
 
 def wait_image(conn: dict[str, str], image: str) -> None:

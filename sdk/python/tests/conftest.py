@@ -137,6 +137,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     assert proc.poll() is not None, "`dsec up` is still running"
 
 
+def _remove_cgroup_parent(name: str) -> list[str]:
+    """Removes the server's cgroup parent in every hierarchy (the node
+    leaves it, empty, when it stops), and returns what could not go: a
+    parent that still holds a sandbox's group."""
+    left = []
+    for parent in sorted(Path("/sys/fs/cgroup").glob(f"*/{name}")) + [Path("/sys/fs/cgroup") / name]:
+        if not parent.is_dir():
+            continue
+        try:
+            parent.rmdir()
+        except OSError as e:
+            left.append(f"{parent}: {e.strerror}")
+    return left
+
+
 @pytest.fixture(scope="session")
 def dsec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DSecServer]:
     tmp = tmp_path_factory.mktemp("dsec")
@@ -180,6 +195,9 @@ def dsec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DSecServer
         yield DSecServer(url=url, token=token, data_dir=data_dir, log=log, proc=proc)
     finally:
         _stop(proc)
+        # Every test killed its sandboxes: no group may be left.
+        left = _remove_cgroup_parent("dsec-pytest")
+        assert not left, f"cgroups left after the tests: {left}"
         # A daemon that did not stop cleanly may have left mounts in it:
         # then the directory stays for a look (rmtree would descend into
         # them).
