@@ -25,8 +25,10 @@ import (
 // mount namespace; its children are reaped by the kernel (SIGCHLD
 // ignored) and watched by the node through /proc.
 func Zygote(conn *os.File) int {
-	// setns and the forks happen on this thread.
+	// setns and the forks happen on this thread, the main one, whose
+	// name is the process's (executed through a descriptor, it is "4").
 	runtime.LockOSThread()
+	_ = os.WriteFile("/proc/thread-self/comm", []byte("dsec-zygote"), 0)
 	signal.Ignore(syscall.SIGCHLD)
 	c, err := net.FileConn(conn)
 	conn.Close()
