@@ -34,8 +34,9 @@ type forker struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
-	mu   sync.Mutex
-	tids []int // the forking threads' ids (for tests)
+	mu      sync.Mutex // guards the following fields
+	tids    []int      // the forking threads' ids (for tests)
+	closing bool       // close has begun: no thread may start
 }
 
 type forkReq struct {
@@ -72,7 +73,15 @@ func newForker(n int, stateDir string) (*forker, error) {
 // spawn starts one forking thread and waits until it is ready.
 func (f *forker) spawn() error {
 	ready := make(chan error, 1)
+	// Add before Wait, never during it: a replacement thread may start
+	// while close runs.
+	f.mu.Lock()
+	if f.closing {
+		f.mu.Unlock()
+		return errClosed()
+	}
 	f.wg.Add(1)
+	f.mu.Unlock()
 	go func() {
 		defer f.wg.Done()
 		runtime.LockOSThread() // never unlocked: the thread dies with us
@@ -114,13 +123,7 @@ func (f *forker) serve(host *os.File) {
 				if rerr := sys.SetThreadNetns(host); rerr != nil {
 					// This thread is in a sandbox's network: replace it.
 					r.done <- errors.Join(err, fmt.Errorf("forker: back to the host's network: %w", rerr))
-					go func() {
-						select {
-						case <-f.stop:
-						default:
-							_ = f.spawn()
-						}
-					}()
+					go func() { _ = f.spawn() }() // refused once closing
 					return
 				}
 			}
@@ -141,9 +144,11 @@ func (f *forker) fork(netns *os.File, start func() error) error {
 }
 
 func (f *forker) close() {
-	select {
-	case <-f.stop:
-	default:
+	f.mu.Lock()
+	first := !f.closing
+	f.closing = true
+	f.mu.Unlock()
+	if first {
 		close(f.stop)
 	}
 	f.wg.Wait()
