@@ -1,7 +1,6 @@
 package builtin
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,8 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"sync"
 
 	"github.com/dsec-dev/dsec/internal/wasmtools"
@@ -64,12 +61,12 @@ func asset(name, key string, compile func(ctx context.Context, tmp string) ([]by
 // the source tree with version buildVersion.
 func guestBinary(buildVersion string) ([]byte, error) {
 	return asset(guestAsset, "guest "+buildVersion, func(ctx context.Context, tmp string) ([]byte, error) {
-		root, err := moduleRoot(ctx)
+		root, err := wasmtools.ModuleRoot(ctx)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("this binary carries no built-in assets (build it with `make build`): %w", err)
 		}
 		out := filepath.Join(tmp, "dsec-guest")
-		cmd := exec.CommandContext(ctx, goBinary(), "build", "-trimpath", "-buildvcs=false",
+		cmd := exec.CommandContext(ctx, wasmtools.GoBinary(), "build", "-trimpath", "-buildvcs=false",
 			"-ldflags=-s -w -X main.version="+buildVersion, "-o", out, "./cmd/dsec-guest")
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -95,45 +92,4 @@ func toolsProgram() ([]byte, error) {
 func shortDigest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:12]
-}
-
-func goBinary() string {
-	exe := "go"
-	if runtime.GOOS == "windows" {
-		exe += ".exe"
-	}
-	if p := filepath.Join(runtime.GOROOT(), "bin", exe); fileExists(p) {
-		return p
-	}
-	return exe // from PATH
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
-// moduleRoot finds the DSec source tree: two levels above this file when
-// built from source, else the main module of the current directory.
-func moduleRoot(ctx context.Context) (string, error) {
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		if isDSec(root) {
-			return root, nil
-		}
-	}
-	out, err := exec.CommandContext(ctx, goBinary(), "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("locating the DSec source tree: %w", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
-	if !isDSec(root) {
-		return "", errors.New("locating the DSec source tree: this binary carries no built-in assets (build it with `make build`), and the current directory is not in the DSec module")
-	}
-	return root, nil
-}
-
-func isDSec(root string) bool {
-	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	return err == nil && bytes.HasPrefix(b, []byte("module github.com/dsec-dev/dsec\n"))
 }

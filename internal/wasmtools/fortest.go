@@ -43,7 +43,7 @@ func ForTest(t TB) string {
 }
 
 func buildCached(ctx context.Context) (string, error) {
-	root, err := moduleRoot(ctx)
+	root, err := ModuleRoot(ctx)
 	if err != nil {
 		return "", err
 	}

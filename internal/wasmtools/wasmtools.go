@@ -37,7 +37,7 @@ var buildFlags = []string{"-trimpath", "-buildvcs=false", "-ldflags=-s -w"}
 // TinyTools. Existing files are replaced. It needs the DSec source tree,
 // found from this package's source location or else the current directory.
 func Build(ctx context.Context, outDir string) error {
-	src, err := moduleRoot(ctx)
+	src, err := ModuleRoot(ctx)
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func Build(ctx context.Context, outDir string) error {
 	defer os.RemoveAll(tmp)
 	prog := filepath.Join(tmp, "dsectools.wasm")
 	args := append(append([]string{"build"}, buildFlags...), "-o", prog, pkgPath)
-	cmd := exec.CommandContext(ctx, goBinary(), args...)
+	cmd := exec.CommandContext(ctx, GoBinary(), args...)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -95,7 +95,9 @@ func install(src, dst string) error {
 	return nil
 }
 
-func goBinary() string {
+// GoBinary is the go command of the toolchain this binary was built with,
+// else the one on PATH.
+func GoBinary() string {
 	exe := "go"
 	if runtime.GOOS == "windows" {
 		exe += ".exe"
@@ -111,16 +113,16 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// moduleRoot finds the DSec source tree: two levels above this file when
+// ModuleRoot finds the DSec source tree: two levels above this file when
 // built from source, else the main module of the current directory.
-func moduleRoot(ctx context.Context) (string, error) {
+func ModuleRoot(ctx context.Context) (string, error) {
 	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
 		root := filepath.Join(filepath.Dir(file), "..", "..")
 		if isDSec(root) {
 			return root, nil
 		}
 	}
-	out, err := exec.CommandContext(ctx, goBinary(), "env", "GOMOD").Output()
+	out, err := exec.CommandContext(ctx, GoBinary(), "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("locating the DSec source tree: %w", err)
 	}
