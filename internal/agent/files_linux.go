@@ -81,38 +81,9 @@ func fileError(abs string, err error) error {
 	return err
 }
 
-func fileInfo(abs string, fi fs.FileInfo) api.FileInfo {
-	info := api.FileInfo{
-		Name:    path.Base(abs),
-		Path:    abs,
-		Size:    fi.Size(),
-		Mode:    uint32(fi.Mode().Perm()),
-		ModTime: fi.ModTime(),
-	}
-	switch {
-	case fi.Mode().IsRegular():
-		info.Type = api.FileTypeFile
-	case fi.IsDir():
-		info.Type = api.FileTypeDir
-		info.Size = 0
-	case fi.Mode()&fs.ModeSymlink != 0:
-		info.Type = api.FileTypeSymlink
-	default:
-		info.Type = api.FileTypeOther
-	}
-	return info
-}
-
 func (a *agent) statPath(abs, rel string) (api.FileInfo, error) {
-	fi, err := a.root.Lstat(rel)
-	if err != nil {
-		return api.FileInfo{}, fileError(abs, err)
-	}
-	info := fileInfo(abs, fi)
-	if info.Type == api.FileTypeSymlink {
-		info.Target, _ = a.root.Readlink(rel)
-	}
-	return info, nil
+	info, err := sandbox.Lstat(a.root, abs, rel)
+	return info, fileError(abs, err)
 }
 
 // open streams a regular file: its FileInfo as an event, then its
@@ -147,7 +118,7 @@ func (a *agent) open(c *agentproto.Call) {
 		c.Reply(nil, errdefs.New(errdefs.Invalid, "not_a_file", "%s is not a regular file", abs))
 		return
 	}
-	if err := c.Event(fileInfo(abs, fi)); err != nil {
+	if err := c.Event(sandbox.FileInfo(abs, fi)); err != nil {
 		c.Reply(nil, err)
 		return
 	}

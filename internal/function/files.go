@@ -67,38 +67,9 @@ func fileError(abs string, err error) error {
 	return err
 }
 
-func fileInfo(abs string, fi fs.FileInfo) api.FileInfo {
-	info := api.FileInfo{
-		Name:    path.Base(abs),
-		Path:    abs,
-		Size:    fi.Size(),
-		Mode:    uint32(fi.Mode().Perm()),
-		ModTime: fi.ModTime(),
-	}
-	switch {
-	case fi.Mode().IsRegular():
-		info.Type = api.FileTypeFile
-	case fi.IsDir():
-		info.Type = api.FileTypeDir
-		info.Size = 0
-	case fi.Mode()&fs.ModeSymlink != 0:
-		info.Type = api.FileTypeSymlink
-	default:
-		info.Type = api.FileTypeOther
-	}
-	return info
-}
-
 func (f *files) stat(abs, rel string) (api.FileInfo, error) {
-	fi, err := f.work.Lstat(rel)
-	if err != nil {
-		return api.FileInfo{}, fileError(abs, err)
-	}
-	info := fileInfo(abs, fi)
-	if info.Type == api.FileTypeSymlink {
-		info.Target, _ = f.work.Readlink(rel)
-	}
-	return info, nil
+	info, err := sandbox.Lstat(f.work, abs, rel)
+	return info, fileError(abs, err)
 }
 
 // Open implements sandbox.Files.
@@ -127,7 +98,7 @@ func (f *files) Open(ctx context.Context, p string) (io.ReadCloser, api.FileInfo
 		}
 		return nil, api.FileInfo{}, errdefs.New(errdefs.Invalid, "not_a_file", "%s is not a regular file", abs)
 	}
-	return fh, fileInfo(abs, fi), nil
+	return fh, sandbox.FileInfo(abs, fi), nil
 }
 
 // Write implements sandbox.Files: the content goes to a temporary file in
