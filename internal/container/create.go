@@ -309,8 +309,12 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 // waits for the process to exit.
 func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *os.File, extra []*os.File) (int, func(), error) {
 	req := guest.ZygoteRequest{UID: r.opt.HostUID, GID: r.opt.HostGID, Count: r.opt.IDCount, NewNet: newNet}
-	if z := r.zygoteFor(extra[4]); z != nil {
-		files := append([]*os.File{ns, console}, extra...)
+	files := append([]*os.File{ns, console}, extra...)
+	for attempt := 1; ; attempt++ {
+		z := r.zygoteFor(extra[4])
+		if z == nil {
+			break
+		}
 		pid, err := z.start(ctx, req, files)
 		if err == nil {
 			// Its parent is the zygote, which lets the kernel reap it.
@@ -319,18 +323,11 @@ func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *o
 		if errors.Is(err, errRefused) {
 			return 0, nil, err
 		}
-		// Dead, or out of step (a timed-out answer): start another.
-		r.log.Warn("dropping the zygote; starting another", "err", err)
+		// Dead, or out of step (a timed-out answer): another, once.
+		r.log.Warn("dropping the zygote", "err", err)
 		r.dropZygote(z)
-		if ctx.Err() != nil {
+		if attempt == 2 || ctx.Err() != nil {
 			return 0, nil, err
-		}
-		if z = r.zygoteFor(extra[4]); z != nil {
-			pid, err := z.start(ctx, req, files)
-			if err != nil {
-				return 0, nil, err
-			}
-			return pid, func() { waitGone(pid) }, nil
 		}
 	}
 	cmd := guest.SandboxCommand(req, console, extra)
@@ -343,38 +340,6 @@ func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *o
 		close(done)
 	}()
 	return cmd.Process.Pid, func() { <-done }, nil
-}
-
-// zygoteFor returns the runtime's zygote, starting one from bin (the
-// agent binary of the sandbox being created) if there is none; nil if
-// the zygote is off or cannot start (an older agent without one): the
-// node then forks itself.
-func (r *Runtime) zygoteFor(bin *os.File) *zygote {
-	r.zmu.Lock()
-	defer r.zmu.Unlock()
-	if r.opt.NoZygote || r.zygoteFailed {
-		return nil
-	}
-	if r.zygote == nil {
-		z, err := startZygote(r.forker, bin)
-		if err != nil {
-			r.log.Warn("no zygote: the node forks sandboxes itself", "err", err)
-			r.zygoteFailed = true
-			return nil
-		}
-		r.zygote = z
-	}
-	return r.zygote
-}
-
-// dropZygote forgets z (dead) so that the next create starts another.
-func (r *Runtime) dropZygote(z *zygote) {
-	r.zmu.Lock()
-	if r.zygote == z {
-		r.zygote = nil
-	}
-	r.zmu.Unlock()
-	z.close()
 }
 
 // startFiles are the descriptors start hands the sandbox: its config

@@ -138,3 +138,35 @@ func (z *zygote) close() {
 		<-z.done
 	}
 }
+
+// zygoteFor returns the runtime's zygote, starting one from bin (the
+// agent binary of the sandbox being created) if there is none; nil if
+// the zygote is off or cannot start (an older agent without one): the
+// node then forks itself.
+func (r *Runtime) zygoteFor(bin *os.File) *zygote {
+	r.zmu.Lock()
+	defer r.zmu.Unlock()
+	if r.opt.NoZygote || r.zygoteFailed {
+		return nil
+	}
+	if r.zygote == nil {
+		z, err := startZygote(r.forker, bin)
+		if err != nil {
+			r.log.Warn("no zygote: the node forks sandboxes itself", "err", err)
+			r.zygoteFailed = true
+			return nil
+		}
+		r.zygote = z
+	}
+	return r.zygote
+}
+
+// dropZygote forgets z (dead) so that the next create starts another.
+func (r *Runtime) dropZygote(z *zygote) {
+	r.zmu.Lock()
+	if r.zygote == z {
+		r.zygote = nil
+	}
+	r.zmu.Unlock()
+	z.close()
+}
