@@ -301,14 +301,16 @@ func (m *Manager) reusable(ep *endpoint) *os.File {
 	if err != nil {
 		return nil
 	}
-	n, err := socketsIn(ns)
-	if err == nil && n == 0 {
+	n := 0
+	err = sys.InNetns(ns, func() error {
+		var err error
+		if n, err = socketsHere(); err != nil || n > 0 {
+			return err
+		}
 		// Cached routes carry what the namespace learnt of destinations
 		// (path MTUs): they go.
-		err = sys.InNetns(ns, func() error {
-			return os.WriteFile("/proc/sys/net/ipv4/route/flush", []byte("1"), 0)
-		})
-	}
+		return os.WriteFile("/proc/sys/net/ipv4/route/flush", []byte("1"), 0)
+	})
 	if err != nil || n > 0 {
 		ns.Close()
 		return nil
@@ -316,31 +318,28 @@ func (m *Manager) reusable(ep *endpoint) *os.File {
 	return ns
 }
 
-// socketsIn counts the IP sockets left in namespace ns (open or closing,
-// TCP's TIME_WAITs too, whose addresses the next sandbox would see) and
-// its IP fragments, from the namespace's own counters in
-// /proc/net/sockstat (a listing such as /proc/net/tcp walks every
-// namespace's sockets: ~9 ms a release here).
-func socketsIn(ns *os.File) (int, error) {
+// socketsHere counts the IP sockets left in the calling thread's network
+// namespace (open or closing, TCP's TIME_WAITs too, whose addresses the
+// next sandbox would see) and its IP fragments, from the namespace's own
+// counters in /proc/net/sockstat (a listing such as /proc/net/tcp walks
+// every namespace's sockets: ~9 ms a release here).
+func socketsHere() (int, error) {
 	n := 0
-	err := sys.InNetns(ns, func() error {
-		for _, f := range []string{"sockstat", "sockstat6"} {
-			b, err := os.ReadFile("/proc/thread-self/net/" + f)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			c, err := sockstatCount(string(b))
-			if err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
-			n += c
+	for _, f := range []string{"sockstat", "sockstat6"} {
+		b, err := os.ReadFile("/proc/thread-self/net/" + f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
 		}
-		return nil
-	})
-	return n, err
+		if err != nil {
+			return 0, err
+		}
+		c, err := sockstatCount(string(b))
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", f, err)
+		}
+		n += c
+	}
+	return n, nil
 }
 
 // sockstatCount sums a sockstat file's counts of the namespace's IP

@@ -6,8 +6,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // TestReuse checks Options.Reuse: a released namespace with nothing left
@@ -97,15 +95,12 @@ func TestReuse(t *testing.T) {
 
 func socketsOf(t *testing.T, path string) int {
 	t.Helper()
-	ns, err := sys.OpenNetns(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	n, err := socketsIn(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var n int
+	must(t, EnterNetns(path, func() error {
+		var err error
+		n, err = socketsHere()
+		return err
+	}))
 	return n
 }
 
