@@ -160,11 +160,15 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, err
 	}
 	cfg := guest.SandboxConfig{
-		Rootfs: rootfs, RootFD: 6, OwnNetwork: st.Netns == "", SockDir: sockDir, Hostname: hostname(spec.ID),
+		Rootfs: rootfs, RootFD: 6, SockDir: sockDir, Hostname: hostname(spec.ID),
 		Hosts:      hostsFile(spec.ID, ep),
 		ResolvConf: resolvConf(ep),
 		Seccomp:    prog,
 		Env:        defaultEnv(spec),
+	}
+	if st.Netns == "" {
+		// Every group of the sandbox may ping: its own ids.
+		cfg.OwnNetwork, cfg.NetSysctls = true, network.SandboxSysctls(fmt.Sprintf("0 %d", r.opt.IDCount-1))
 	}
 	pid, wait, client, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg, rootFD)
 	if pid != 0 {

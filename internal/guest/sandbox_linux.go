@@ -63,7 +63,7 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 			if !cfg.OwnNetwork {
 				return nil
 			}
-			return ownNetwork()
+			return ownNetwork(cfg.NetSysctls)
 		}},
 		// pivot_root needs the new root to be a mount point of ours (the
 		// overlay is locked, inherited from a more privileged namespace).
@@ -268,25 +268,11 @@ func bindSys(root string, m *masker) error {
 }
 
 // ownNetwork sets up a network namespace of the sandbox's own: the
-// sysctls the node sets in the namespaces it makes, then lo up. Sandbox
-// root (this process) owns the namespace; commands, which hold no
+// node's sysctls (IPv6 ones skipped if the kernel has none), then lo up.
+// Sandbox root (this process) owns the namespace; commands, which hold no
 // capability, can change nothing in it.
-func ownNetwork() error {
-	// Every group may ping: the range must be groups mapped in our user
-	// namespace.
-	groups := "0 0"
-	if b, err := os.ReadFile("/proc/self/gid_map"); err == nil {
-		if f := strings.Fields(string(b)); len(f) >= 3 {
-			if n, err := strconv.Atoi(f[2]); err == nil && n > 0 {
-				groups = "0 " + strconv.Itoa(n-1)
-			}
-		}
-	}
-	for _, kv := range [][2]string{
-		{"ipv6/conf/all/disable_ipv6", "1"}, {"ipv6/conf/default/disable_ipv6", "1"},
-		{"ipv4/ip_unprivileged_port_start", "0"}, {"ipv4/ping_group_range", groups},
-		{"ipv4/tcp_no_metrics_save", "1"},
-	} {
+func ownNetwork(sysctls [][2]string) error {
+	for _, kv := range sysctls {
 		err := os.WriteFile("/proc/sys/net/"+kv[0], []byte(kv[1]), 0)
 		if err != nil && !(errors.Is(err, os.ErrNotExist) && strings.HasPrefix(kv[0], "ipv6")) {
 			return fmt.Errorf("sysctl net/%s: %w", kv[0], err)

@@ -12,8 +12,10 @@ type SandboxConfig struct {
 	// OwnNetwork: the process was cloned into a network namespace of its
 	// own (CLONE_NEWNET with its user namespace): a sandbox without any
 	// network access has only its loopback interface, which the setup
-	// brings up, and sets the sysctls the node sets in its namespaces.
-	OwnNetwork bool `json:"own_network,omitempty"`
+	// brings up after setting NetSysctls (paths under /proc/sys/net and
+	// values: those the node sets in the namespaces it makes).
+	OwnNetwork bool        `json:"own_network,omitempty"`
+	NetSysctls [][2]string `json:"net_sysctls,omitempty"`
 	// RootFD, if not 0, is a descriptor of the root: a detached mount of
 	// the overlay the node built (see sys.CloneMount), which never enters
 	// the host's mount table.

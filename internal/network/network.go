@@ -198,6 +198,20 @@ type Policy struct {
 	Inbound []Port
 }
 
+// SandboxSysctls are the network sysctls of every sandbox namespace (see
+// the package documentation), as paths under /proc/sys/net and values;
+// pingGroups is ping_group_range, every group of the namespace's owner.
+// tcp_no_metrics_save: no per-destination TCP metrics (ip tcp_metrics),
+// which would tell a reused namespace's next sandbox where its
+// predecessors connected (Options.Reuse).
+func SandboxSysctls(pingGroups string) [][2]string {
+	return [][2]string{
+		{"ipv6/conf/all/disable_ipv6", "1"}, {"ipv6/conf/default/disable_ipv6", "1"},
+		{"ipv4/ip_unprivileged_port_start", "0"}, {"ipv4/ping_group_range", pingGroups},
+		{"ipv4/tcp_no_metrics_save", "1"},
+	}
+}
+
 // Isolated reports whether p lets nothing in or out (ModeNone, no
 // inbound port): such a sandbox needs no link to the node, only a
 // namespace with its loopback interface.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -31,19 +32,6 @@ func EnterNetns(path string, fn func() error) error {
 	}
 	defer ns.Close()
 	return sys.InNetns(ns, fn)
-}
-
-// Sysctls of every sandbox namespace (see the package documentation),
-// by directory.
-var nsSysctls = []struct {
-	dir    string
-	values [][2]string
-}{
-	{"/proc/sys/net/ipv6/conf", [][2]string{{"all/disable_ipv6", "1"}, {"default/disable_ipv6", "1"}}},
-	// tcp_no_metrics_save: no per-destination TCP metrics (ip
-	// tcp_metrics), which would tell a reused namespace's next sandbox
-	// where its predecessors connected (Options.Reuse).
-	{"/proc/sys/net/ipv4", [][2]string{{"ip_unprivileged_port_start", "0"}, {"ping_group_range", "0 2147483647"}, {"tcp_no_metrics_save", "1"}}},
 }
 
 // build makes a slot: a namespace, its veth pair, addresses, routes,
@@ -102,21 +90,33 @@ func (m *Manager) setup(s *slot) error {
 // creates the veth pair with its host end directly in the node's
 // namespace (moving a link between namespaces costs ~35 ms of RCU waits).
 func (m *Manager) setupInside(s *slot) error {
-	for _, d := range nsSysctls {
-		dir, err := os.OpenRoot(d.dir)
-		if errors.Is(err, fs.ErrNotExist) && strings.Contains(d.dir, "ipv6") {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		for _, kv := range d.values {
-			if err := sysctlAt(dir, kv[0], kv[1]); err != nil {
-				dir.Close()
-				return err
+	// Each directory opened once: every namespace's sysctl entries share
+	// the dentries of /proc/sys, whose lookups grow with the namespaces.
+	dirs := map[string]*os.Root{} // nil: absent (no IPv6)
+	defer func() {
+		for _, d := range dirs {
+			if d != nil {
+				d.Close()
 			}
 		}
-		dir.Close()
+	}()
+	for _, kv := range SandboxSysctls("0 2147483647") {
+		name, key := path.Split(kv[0])
+		dir, ok := dirs[name]
+		if !ok {
+			var err error
+			dir, err = os.OpenRoot("/proc/sys/net/" + name)
+			if err != nil && !(errors.Is(err, fs.ErrNotExist) && strings.HasPrefix(name, "ipv6")) {
+				return err
+			}
+			dirs[name] = dir
+		}
+		if dir == nil {
+			continue
+		}
+		if err := sysctlAt(dir, key, kv[1]); err != nil {
+			return err
+		}
 	}
 	h, err := netlink.NewHandle(sys.NetlinkRoute)
 	if err != nil {
