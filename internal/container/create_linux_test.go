@@ -218,3 +218,13 @@ func TestZygoteAnswers(t *testing.T) {
 	}
 	run(t, e.create(t, "a2", nil), "true")
 }
+
+// alive reports whether the zygote process still runs.
+func (z *zygote) alive() bool {
+	select {
+	case <-z.done:
+		return false
+	default:
+		return true
+	}
+}

@@ -115,16 +115,6 @@ func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os
 	return r.Pid, nil
 }
 
-// alive reports whether the zygote process still runs.
-func (z *zygote) alive() bool {
-	select {
-	case <-z.done:
-		return false
-	default:
-		return true
-	}
-}
-
 // close ends the zygote (it exits when its connection closes) and waits
 // for it, killing it after a second.
 func (z *zygote) close() {
