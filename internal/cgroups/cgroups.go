@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -65,8 +66,12 @@ type Options struct {
 	// renamed by Create was measured and dropped: rename(2) costs about
 	// half a mkdir in v1 cgroupfs (65 µs against 134 µs for the four v1
 	// hierarchies), cgroup2 refuses rename (EPERM), and Create+AddProc+
-	// Destroy did not get measurably faster (RATIONALE.md).
+	// Destroy did not get measurably faster (RATIONALE.md). Recycle is
+	// what saves the work.
 	PoolSize int
+	// Recycle is how many emptied groups Manager.Recycle keeps for Create
+	// to reuse (recycle.go); 0 means DefaultRecycle, negative none.
+	Recycle int
 	// Root is where the cgroup file systems are mounted; default
 	// /sys/fs/cgroup. With Mode V2 it is the cgroup2 mount itself.
 	Root string
@@ -97,6 +102,13 @@ type Manager struct {
 	v2ctl map[string]bool
 	// v2swap, v2peak: memory.swap.max and memory.peak exist (v2).
 	v2swap, v2peak bool
+
+	recycle int // most groups kept
+	// mu guards free (emptied groups kept for reuse, their names those of
+	// their first owners) and closed.
+	mu     sync.Mutex
+	free   []*Group
+	closed bool
 }
 
 // Controllers in use per layout; the first of each list are required.
@@ -139,7 +151,13 @@ func New(ctx context.Context, opt Options) (*Manager, error) {
 			return nil, errdefs.New(errdefs.Invalid, "invalid_cgroup_parent", "cgroup parent %q is not a relative path of plain names", opt.Parent)
 		}
 	}
-	m := &Manager{parent: opt.Parent, log: opt.Logger, hier: map[string]string{}}
+	switch {
+	case opt.Recycle == 0:
+		opt.Recycle = DefaultRecycle
+	case opt.Recycle < 0:
+		opt.Recycle = 0
+	}
+	m := &Manager{parent: opt.Parent, log: opt.Logger, hier: map[string]string{}, recycle: opt.Recycle}
 	if err := m.detect(filepath.Clean(opt.Root), opt.Mode); err != nil {
 		return nil, err
 	}
@@ -357,14 +375,31 @@ func (m *Manager) group(name string) *Group {
 	return g
 }
 
-// Create makes the group id in every hierarchy and applies l. It fails
-// with an error wrapping fs.ErrExist if the group exists.
+// Create returns group id with limits l, made in every hierarchy or
+// renamed from one Recycle kept (callers record its Base to give it back
+// after Open). It fails with an error wrapping fs.ErrExist if a group id
+// exists.
 func (m *Manager) Create(ctx context.Context, id string, l Limits) (*Group, error) {
 	if !validName.MatchString(id) {
 		return nil, errdefs.New(errdefs.Invalid, "invalid_cgroup_id", "cgroup name %q is not a plain name", id)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if err := l.check(); err != nil {
+		return nil, err
+	}
+	for k := m.takeFree(); k != nil; k = m.takeFree() {
+		g, err := m.fromKept(k, id, l)
+		if err == nil {
+			return g, nil
+		}
+		if errors.Is(err, fs.ErrExist) {
+			m.putBack(k)
+			return nil, err
+		}
+		m.log.Warn("removing a kept cgroup that could not be reused", "name", k.name, "err", err)
+		_ = k.rmdirs(context.WithoutCancel(ctx))
 	}
 	g := m.group(id)
 	if err := g.mkdirs(); err != nil {
@@ -419,6 +454,8 @@ func (m *Manager) List() ([]string, error) {
 // a crashed agent or an earlier run left behind. It returns the errors of
 // the groups it could not remove.
 func (m *Manager) Sweep(ctx context.Context, live []string) error {
+	// Kept groups belong to no sandbox: they go too.
+	m.dropFree()
 	names, err := m.List()
 	if err != nil {
 		return err

@@ -28,6 +28,9 @@ type Group struct {
 	memory, pids, cpu, cpuacct, freezer string
 	unified                             string
 	id                                  uint64
+	// limits were applied last; base: see Counters.
+	limits Limits
+	base   Counters
 }
 
 // Name returns the group's name under the parent (the sandbox id).
@@ -76,13 +79,30 @@ func (g *Group) apply(l Limits) error {
 	if l.Pids == 0 {
 		l.Pids = DefaultPids
 	}
+	if err := l.check(); err != nil {
+		return err
+	}
+	var err error
+	if g.m.mode == V2 {
+		err = g.applyV2(l)
+	} else {
+		err = g.applyV1(l)
+	}
+	if err == nil {
+		g.limits = l
+	}
+	return err
+}
+
+// SetBase sets the counters a group that Open found was handed to its
+// owner with (the Base its Create returned), which Stats subtracts.
+func (g *Group) SetBase(c Counters) { g.base = c }
+
+func (l Limits) check() error {
 	if l.CPU < 0 || l.MemoryBytes < 0 || l.CPUWeight < 0 || l.CPUWeight > 262144 {
 		return errdefs.New(errdefs.Invalid, "invalid_limits", "invalid cgroup limits %+v", l)
 	}
-	if g.m.mode == V2 {
-		return g.applyV2(l)
-	}
-	return g.applyV1(l)
+	return nil
 }
 
 // cfsPeriod is the CFS bandwidth period, in µs (the kernel default).
@@ -269,6 +289,11 @@ func (g *Group) Stats() (Stats, error) {
 	} else if g.freezer != "" {
 		st.Frozen = strings.TrimSpace(r.str(g.freezer, "freezer.state")) == "FROZEN"
 	}
+	// What accrued since the group's current owner got it (Recycle).
+	b := g.base
+	st.CPUSeconds = max(st.CPUSeconds-float64(b.CPUNanos)/1e9, 0)
+	st.OOMKills = max(st.OOMKills-b.OOMKills, 0)
+	st.PidsLimited = max(st.PidsLimited-b.PidsLimited, 0)
 	return st, r.err
 }
 
@@ -297,7 +322,12 @@ func (r *reads) int(dir, file string) int64 {
 
 // key reads the value of "key value" lines (memory.events, cpu.stat…).
 func (r *reads) key(dir, file, key string) int64 {
-	for _, line := range strings.Split(r.str(dir, file), "\n") {
+	return keyValue(r.str(dir, file), key)
+}
+
+// keyValue returns the value of key in "key value" lines, or 0.
+func keyValue(s, key string) int64 {
+	for _, line := range strings.Split(s, "\n") {
 		if k, v, ok := strings.Cut(line, " "); ok && k == key {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			return n

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -167,6 +168,7 @@ func start(t testing.TB, env []string, argv ...string) *started {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	startedPids.Store(cmd.Process.Pid, true)
 	s := &started{cmd: cmd, stdin: in, stdout: bufio.NewReader(out), waited: make(chan error, 1)}
 	go func() { s.waited <- cmd.Wait() }()
 	t.Cleanup(func() {
@@ -175,6 +177,10 @@ func start(t testing.TB, env []string, argv ...string) *started {
 	})
 	return s
 }
+
+// startedPids are the pids of the processes start started (reapOrphans
+// leaves them to os/exec).
+var startedPids sync.Map
 
 // release lets a held process go on.
 func (s *started) release(t testing.TB) {

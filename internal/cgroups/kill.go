@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,15 +105,48 @@ func (g *Group) Kill(ctx context.Context) error {
 	if err := writeFile(filepath.Join(g.unified, "cgroup.kill"), "1"); err != nil {
 		return fmt.Errorf("killing cgroup %s: %w", g.name, err)
 	}
-	err := retry(ctx, func() (bool, error) {
-		var r reads
-		populated := r.key(g.unified, "cgroup.events", "populated")
-		return r.err != nil || populated == 0, r.err
-	})
-	if err != nil {
+	if err := g.waitEmpty(ctx); err != nil {
 		return fmt.Errorf("killing cgroup %s: %w", g.name, err)
 	}
 	return nil
+}
+
+// waitEmpty waits until the cgroup2 group has no task left ("populated
+// 0" in cgroup.events). It keeps the file open and sleeps in poll(2)
+// between reads, waking early when the kernel notifies a change: reading
+// on a timer through open/read/close cost the node ~0.15 ms of CPU per
+// destroy. The kernel delays a notification that follows another within
+// 10 ms (the group became populated at its start, maybe just before), so
+// the timeouts still back off from 50 µs, as retry's do, up to 10 ms.
+func (g *Group) waitEmpty(ctx context.Context) error {
+	f, err := os.Open(filepath.Join(g.unified, "cgroup.events"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	wait := 50 * time.Microsecond
+	for {
+		// A read also re-arms the notification (kernfs compares what
+		// the reader last saw with the file's event count).
+		n, err := f.ReadAt(buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if keyValue(string(buf[:n]), "populated") == 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("tasks left: %w", err)
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if err := sys.WaitModified(f, max(wait, 0)); err != nil {
+			return err
+		}
+		wait = min(2*wait, 10*time.Millisecond)
+	}
 }
 
 // killV1 kills the members of the v1 group dir until it is empty.

@@ -105,6 +105,10 @@ type Container struct {
 	// ~3 ms of CPU less per sandbox, but the next sandbox on the slot can
 	// read its predecessors' traffic counters. Off by default.
 	NetworkReuse bool `toml:"network_reuse"`
+	// WarmPool is how many sandboxes without network access are kept
+	// started for each of the last images used (container.Options.Warm):
+	// 0 means 2, a negative value none.
+	WarmPool int `toml:"warm_pool"`
 	// Uplinks are the interfaces allowed egress leaves by (default: those
 	// of the default routes).
 	Uplinks []string `toml:"uplinks"`

@@ -137,7 +137,7 @@ func concName(conc int) string {
 // at a time (seq) and from 8 goroutines (par8). ns/op is the wall time
 // per sandbox, so par8's is the inverse of its rate.
 func BenchmarkCycle(b *testing.B) {
-	for _, mode := range []string{"", "net-", "net-reuse-"} {
+	for _, mode := range []string{"", "warm-", "net-", "net-reuse-"} {
 		for _, conc := range []int{1, 8} {
 			b.Run(mode+concName(conc), func(b *testing.B) { benchCycle(b, conc, mode) })
 		}
@@ -151,17 +151,22 @@ var benchLinked = &api.NetworkPolicy{Egress: api.EgressAllowlist, Allow: []api.N
 
 // benchCycle is BenchmarkCycle's run of conc goroutines: sandboxes
 // without network access (mode ""), with a network of the node's
-// ("net-"), and with those namespaces reused ("net-reuse-").
+// ("net-"), and with those namespaces reused ("net-reuse-"); "warm-" is
+// mode "" with the warm pool of `dsec up` (2).
 func benchCycle(b *testing.B, conc int, mode string) {
 	dir := b.TempDir()
 	b.Cleanup(func() { checkHost(b, dir) })
-	rt := newRuntime(b, dir, runtimeOptions{pool: 32, reuse: mode == "net-reuse-"})
-	if mode != "" {
+	ro := runtimeOptions{pool: 32, reuse: mode == "net-reuse-"}
+	if mode == "warm-" {
+		ro.warm = 2
+	}
+	rt := newRuntime(b, dir, ro)
+	if strings.HasPrefix(mode, "net-") {
 		rt.benchNet = benchLinked
 	}
 	ctx := context.Background()
 	if _, _, err := parallel(2*conc, conc, func(i int) (cycleSample, error) {
-		return cycleOnce(ctx, rt, fmt.Sprintf("warm-%d", i))
+		return cycleOnce(ctx, rt, fmt.Sprintf("prime-%d", i))
 	}); err != nil {
 		b.Fatal(err)
 	}

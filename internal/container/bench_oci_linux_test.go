@@ -249,12 +249,15 @@ func benchVsOCI(b *testing.B, conc int) {
 	dir := b.TempDir()
 	b.Cleanup(func() { checkHost(b, dir) })
 	// dsec: sandboxes without network access, each in a namespace of its
-	// own with lo alone, as the OCI bundle's. dsec-net: with a network of
-	// the node's (veth pair, routes, nftables); dsec-net-reuse: the same
-	// with namespaces reused (network.Options.Reuse).
-	rt := newRuntime(b, dir, runtimeOptions{pool: 32})
-	netDir, reuseDir := b.TempDir(), b.TempDir()
-	b.Cleanup(func() { checkHost(b, netDir); checkHost(b, reuseDir) })
+	// own with lo alone, as the OCI bundle's, with the warm pool `dsec up`
+	// keeps by default (2); dsec-cold: the same without a warm pool.
+	// dsec-net: with a network of the node's (veth pair, routes,
+	// nftables: never warm); dsec-net-reuse: the same with namespaces
+	// reused (network.Options.Reuse).
+	rt := newRuntime(b, dir, runtimeOptions{pool: 32, warm: 2})
+	coldDir, netDir, reuseDir := b.TempDir(), b.TempDir(), b.TempDir()
+	b.Cleanup(func() { checkHost(b, coldDir); checkHost(b, netDir); checkHost(b, reuseDir) })
+	rtCold := newRuntime(b, coldDir, runtimeOptions{pool: 32})
 	rtNet := newRuntime(b, netDir, runtimeOptions{pool: 32})
 	rtNet.benchNet = benchLinked
 	rtReuse := newRuntime(b, reuseDir, runtimeOptions{pool: 32, reuse: true})
@@ -273,14 +276,14 @@ func benchVsOCI(b *testing.B, conc int) {
 	ctx := context.Background()
 	block := 16 * conc // cycles per runtime per round
 
-	results := []*ociResult{{name: "dsec"}, {name: "dsec-net"}, {name: "dsec-net-reuse"}}
+	results := []*ociResult{{name: "dsec"}, {name: "dsec-cold"}, {name: "dsec-net"}, {name: "dsec-net-reuse"}}
 	for _, o := range ocis {
 		results = append(results, &ociResult{name: o.name})
 	}
 	var seq atomic.Int64 // names DSec's sandboxes
 	runBlock := func(r *ociResult, n int, record bool) error {
 		if strings.HasPrefix(r.name, "dsec") {
-			on := map[string]*testRuntime{"dsec": rt, "dsec-net": rtNet, "dsec-net-reuse": rtReuse}[r.name]
+			on := map[string]*testRuntime{"dsec": rt, "dsec-cold": rtCold, "dsec-net": rtNet, "dsec-net-reuse": rtReuse}[r.name]
 			ss, wall, err := parallel(n, conc, func(int) (cycleSample, error) {
 				return cycleOnce(ctx, on, fmt.Sprintf("v%d", seq.Add(1)))
 			})

@@ -72,6 +72,10 @@ type Options struct {
 	// above the node's own hard limit (raising that needs
 	// CAP_SYS_RESOURCE, which root lacks on some hosts, this one included).
 	Nofile uint64
+	// Warm is how many sandboxes the warm pool keeps started for each of
+	// the last images asked for, without network access (warm.go); 0:
+	// no pool.
+	Warm int
 }
 
 func (o Options) withDefaults() Options {
@@ -118,6 +122,8 @@ type Runtime struct {
 	seccompProg []byte
 	seccompErr  error
 
+	warm *warmPool // nil: none
+
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*Sandbox
 	closed    bool
@@ -151,7 +157,8 @@ func New(ctx context.Context, opt Options) (*Runtime, error) {
 		_ = unmountStateFS(dir)
 		return nil, fmt.Errorf("starting the forker: %w", err)
 	}
-	return &Runtime{opt: opt, log: opt.Logger.With("tier", Tier), forker: fk, sandboxes: map[string]*Sandbox{}}, nil
+	return &Runtime{opt: opt, log: opt.Logger.With("tier", Tier), forker: fk, sandboxes: map[string]*Sandbox{},
+		warm: newWarmPool(opt.Warm)}, nil
 }
 
 // forkers is how many threads fork sandboxes (a fork takes ~1 ms of CPU).
@@ -177,6 +184,8 @@ func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {
 // Close implements sandbox.Runtime: it forgets its sandboxes, which keep
 // running for a later Recover.
 func (r *Runtime) Close(ctx context.Context) error {
+	// Warm sandboxes are not adopted by the next start: they go now.
+	r.closeWarm(ctx)
 	r.mu.Lock()
 	sbs := r.sandboxes
 	r.sandboxes, r.closed = map[string]*Sandbox{}, true
@@ -199,9 +208,13 @@ func (r *Runtime) sandboxDir(id string) string {
 	return filepath.Join(r.opt.StateDir, "sandboxes", id)
 }
 
-func (r *Runtime) forget(id string) {
+// forget drops sb from the runtime's sandboxes (if it is the one under
+// its ID: a sandbox that lost a race for its ID is not).
+func (r *Runtime) forget(sb *Sandbox) {
 	r.mu.Lock()
-	delete(r.sandboxes, id)
+	if r.sandboxes[sb.id] == sb {
+		delete(r.sandboxes, sb.id)
+	}
 	r.mu.Unlock()
 }
 

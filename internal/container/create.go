@@ -30,38 +30,79 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 // maxSockPath is the size of sockaddr_un's sun_path.
 const maxSockPath = 108
 
-// Create implements sandbox.Runtime. Everything it builds is undone if a
-// later step fails.
-func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
+// Create implements sandbox.Runtime: a warm sandbox claimed for spec if
+// the pool has one (warm.go), else one built now. Everything it builds
+// is undone if a later step fails.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	if !idPattern.MatchString(spec.ID) {
 		return nil, errdefs.New(errdefs.Invalid, "invalid_sandbox_id", "sandbox ID %q is not valid", spec.ID)
 	}
 	if len(spec.Image.Layers) == 0 {
 		return nil, errdefs.New(errdefs.Invalid, "image_needs_layers", "the container tier runs layered images, and %s has no layers", spec.Image.Name)
 	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil, errClosed()
-	}
-	if _, dup := r.sandboxes[spec.ID]; dup {
-		r.mu.Unlock()
-		return nil, errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s exists", spec.ID)
-	}
-	r.mu.Unlock()
-
-	var cu cleanup.Stack
-	defer cu.Clean()
-	ctx, cancel := context.WithTimeout(ctx, r.opt.ReadyTimeout)
-	defer cancel()
-	dir := r.sandboxDir(spec.ID)
 	// The agent's socket path must fit in a unix socket address (108
 	// bytes with its NUL); a longer one failed deep in the sandbox's
 	// setup, with "bind: invalid argument".
-	if sock := filepath.Join(dir, "sock", guest.SockName); len(sock) >= maxSockPath {
+	if sock := filepath.Join(r.sandboxDir(spec.ID), "sock", guest.SockName); len(sock) >= maxSockPath {
 		return nil, errdefs.New(errdefs.Invalid, "sandbox_id_too_long",
 			"sandbox ID %q is too long for this node's state directory: its agent's socket path would be %d bytes long, at most %d fit", spec.ID, len(sock), maxSockPath-1)
 	}
+	if err := r.checkNew(spec.ID); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opt.ReadyTimeout)
+	defer cancel()
+	sb := r.claimWarm(ctx, spec)
+	if sb == nil {
+		var err error
+		if sb, err = r.build(ctx, spec, false); err != nil {
+			return nil, err
+		}
+	}
+	r.mu.Lock()
+	err := r.checkNewLocked(spec.ID)
+	if err == nil {
+		r.sandboxes[spec.ID] = sb
+	}
+	r.mu.Unlock()
+	if err != nil {
+		_ = sb.Destroy(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return sb, nil
+}
+
+// checkNew fails if the runtime is closed or has a sandbox id.
+func (r *Runtime) checkNew(id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.checkNewLocked(id)
+}
+
+func (r *Runtime) checkNewLocked(id string) error {
+	if r.closed {
+		return errClosed()
+	}
+	if _, dup := r.sandboxes[id]; dup {
+		return errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s exists", id)
+	}
+	return nil
+}
+
+// diskMB is the size of spec's writable layer.
+func diskMB(spec sandbox.Spec) int {
+	if spec.DiskMB <= 0 {
+		return 256
+	}
+	return spec.DiskMB
+}
+
+// build makes and starts the sandbox spec (a warm one if warm), without
+// registering it.
+func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *Sandbox, err error) {
+	var cu cleanup.Stack
+	defer cu.Clean()
+	dir := r.sandboxDir(spec.ID)
 	// Searchable, not listable, by the sandbox's root (see reachable).
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("creating sandbox directory: %w", err)
@@ -70,7 +111,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, err
 	}
 	cu.Add(func() { _ = os.RemoveAll(dir) })
-	st := &state{Spec: spec, Created: time.Now().UTC()}
+	st := &state{Spec: spec, Created: time.Now().UTC(), Warm: warm}
 
 	// The agent binary: from the image's toolkit layer mount, read-only.
 	guestExe, releaseGuest, err := r.findGuest(ctx, spec.Image.Layers)
@@ -85,15 +126,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	if err := os.Mkdir(upper, 0o700); err != nil {
 		return nil, err
 	}
-	diskMB := spec.DiskMB
-	if diskMB <= 0 {
-		diskMB = 256
-	}
+	disk := diskMB(spec)
 	// nr_inodes caps files as size caps bytes (one inode per 4 KiB of
 	// disk, at least 16 Ki): without it a sandbox could pin kernel memory
 	// with empty files.
-	inodes := max(diskMB*256, 16384)
-	if err := sys.MountTmpfs("dsec-upper", upper, fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0755,uid=%d,gid=%d", diskMB, inodes, r.opt.HostUID, r.opt.HostGID)); err != nil {
+	inodes := max(disk*256, 16384)
+	if err := sys.MountTmpfs("dsec-upper", upper, fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0755,uid=%d,gid=%d", disk, inodes, r.opt.HostUID, r.opt.HostGID)); err != nil {
 		return nil, err
 	}
 	cu.Add(func() { _ = sys.Unmount(upper) })
@@ -117,7 +155,14 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}
 	st.Rootfs = rootfs
 
-	cg, err := r.opt.Cgroups.Create(ctx, spec.ID, r.limits(spec))
+	limits := r.limits(spec)
+	if warm {
+		// A warm sandbox starts at the least CPU weight: its start must
+		// not delay the creates, commands and destroys of sandboxes in
+		// use (on 2 cores it did, by milliseconds). A claim restores it.
+		limits.CPUWeight = 2
+	}
+	cg, err := r.opt.Cgroups.Create(ctx, spec.ID, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +171,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			r.log.Warn("removing cgroups of a failed create", "sandbox", spec.ID, "err", err)
 		}
 	})
+	st.CgroupBase = cg.Base()
 
 	policy, err := network.FromAPI(spec.Network)
 	if err != nil {
@@ -164,7 +210,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		Hosts:      hostsFile(spec.ID, ep),
 		ResolvConf: resolvConf(ep),
 		Seccomp:    prog,
-		Env:        defaultEnv(spec),
+		Env:        baseEnv(),
 	}
 	if st.Netns == "" {
 		// Every group of the sandbox may ping: its own ids.
@@ -185,17 +231,8 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		client.Close()
 		return nil, err
 	}
-	sb := &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, client: client, cg: cg, wait: wait, releaseRoot: releaseRoot}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		client.Close()
-		return nil, errClosed()
-	}
-	r.sandboxes[spec.ID] = sb
-	r.mu.Unlock()
 	cu.Release()
-	return sb, nil
+	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, client: client, cg: cg, wait: wait, releaseRoot: releaseRoot}, nil
 }
 
 func (r *Runtime) limits(spec sandbox.Spec) cgroups.Limits {

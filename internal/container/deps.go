@@ -38,6 +38,11 @@ type networks interface {
 type cgroupManager interface {
 	Create(ctx context.Context, id string, l cgroups.Limits) (*cgroups.Group, error)
 	Open(id string) (*cgroups.Group, error)
-	// Sweep kills and removes the groups of sandboxes not in live.
+	// Recycle kills the group's tasks and keeps it for another Create
+	// (or removes it).
+	Recycle(ctx context.Context, g *cgroups.Group) error
+	// Rename gives a group another name (a claimed warm sandbox's).
+	Rename(ctx context.Context, g *cgroups.Group, id string) (*cgroups.Group, error)
+	// Sweep kills and removes the groups not in live.
 	Sweep(ctx context.Context, live []string) error
 }

@@ -177,9 +177,10 @@ func names(dir string) (testenv.Sandboxes, netip.Prefix) {
 // the same directory is a node agent restart.
 type testRuntime struct {
 	*Runtime
-	layers *layercache.Cache
-	nets   *network.Manager
-	names  testenv.Sandboxes
+	layers  *layercache.Cache
+	nets    *network.Manager
+	cgroups *cgroups.Manager
+	names   testenv.Sandboxes
 	// benchNet is the network policy of the benchmarks' sandboxes
 	// (nil: none, a namespace of their own with lo alone).
 	benchNet *api.NetworkPolicy
@@ -190,6 +191,9 @@ type testRuntime struct {
 func (r *testRuntime) Close(ctx context.Context) error {
 	err := r.Runtime.Close(ctx)
 	if cerr := r.nets.Close(ctx); err == nil {
+		err = cerr
+	}
+	if cerr := r.cgroups.Close(ctx); err == nil {
 		err = cerr
 	}
 	if cerr := r.layers.GC(ctx); err == nil {
@@ -205,6 +209,7 @@ type runtimeOptions struct {
 	noSeccomp bool
 	pool      int
 	reuse     bool // network.Options.Reuse
+	warm      int  // Options.Warm
 	// netRange, if set, replaces the /24 of names (the density benchmark
 	// needs thousands of addresses); it must not overlap 10.224.0.0/12.
 	netRange netip.Prefix
@@ -247,6 +252,7 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 	opt := Options{
 		StateDir: dir, DataDir: tempTop(dir), Reach: []string{filepath.Join(dir, "layers")},
 		Layers: layers, Network: nets, Cgroups: cg, Logger: log, Version: "test",
+		Warm: ro.warm,
 	}
 	if !ro.noSeccomp {
 		opt.Seccomp = func(caps []string) ([]byte, error) { return seccomp.Program(seccomp.Options{Caps: caps}) }
@@ -257,7 +263,7 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 		_ = layers.Close(ctx)
 		t.Fatal(err)
 	}
-	tr := &testRuntime{Runtime: rt, layers: layers, nets: nets, names: nm}
+	tr := &testRuntime{Runtime: rt, layers: layers, nets: nets, cgroups: cg, names: nm}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -51,20 +51,23 @@ func resolvConf(ep *network.Endpoint) string {
 	return b.String()
 }
 
-// defaultEnv is every command's environment before the request's own:
-// the usual variables, then the sandbox's.
-func defaultEnv(spec sandbox.Spec) []string {
-	env := map[string]string{
-		"PATH":     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME":     "/root",
-		"TERM":     "xterm",
-		"LANG":     "C.UTF-8",
-		"HOSTNAME": hostname(spec.ID),
+// baseEnv is the agent's environment for every command, the same in
+// every sandbox (so that a warm one serves any): the usual variables.
+func baseEnv() []string {
+	return []string{
+		"HOME=/root",
+		"LANG=C.UTF-8",
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"TERM=xterm",
 	}
+}
+
+// commandEnv is what the node sends with each command of the sandbox
+// spec: the sandbox's variables (its HOSTNAME, then its spec's) under the
+// request's own, over the agent's baseEnv.
+func commandEnv(spec sandbox.Spec, req map[string]string) map[string]string {
+	env := map[string]string{"HOSTNAME": hostname(spec.ID)}
 	maps.Copy(env, spec.Env)
-	out := make([]string, 0, len(env))
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, k+"="+env[k])
-	}
-	return out
+	maps.Copy(env, req)
+	return env
 }

@@ -105,6 +105,9 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.Warm {
+		return nil, errors.New("it was a warm sandbox, never claimed")
+	}
 	// (A sandbox without network access has its own namespace: no
 	// endpoint.)
 	if _, ok := r.opt.Network.Endpoint(st.Spec.ID); !ok && st.Netns != "" {
@@ -114,6 +117,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	cg.SetBase(st.CgroupBase)
 	// Its first process must still be in its cgroup (a pid alone may have
 	// been reused).
 	if procs, err := cg.Procs(); err != nil || !slices.Contains(procs, st.Pid) {

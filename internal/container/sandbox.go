@@ -78,7 +78,9 @@ func (s *Sandbox) agentExec(req *sandbox.ExecRequest) (agentproto.ExecRequest, e
 	if err != nil {
 		return agentproto.ExecRequest{}, err
 	}
-	return agentproto.ExecRequestFrom(argv, *req), nil
+	ar := agentproto.ExecRequestFrom(argv, *req)
+	ar.Env = commandEnv(s.state.Spec, req.Env)
+	return ar, nil
 }
 
 // StartProcess implements sandbox.ProcessRunner.
@@ -226,13 +228,13 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	if err := s.rt.opt.Network.Release(ctx, s.id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.cg.Destroy(ctx); err != nil {
+	if err := s.rt.opt.Cgroups.Recycle(ctx, s.cg); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		errs = append(errs, err)
 	}
-	s.rt.forget(s.id)
+	s.rt.forget(s)
 	if err := errors.Join(errs...); err != nil {
 		return errdefs.Wrap(errdefs.Internal, "destroy_incomplete", err, "sandbox %s was not fully removed", s.id)
 	}

@@ -154,7 +154,7 @@ func checkIdle(t *testing.T, rt *testRuntime, dir string, pool int) {
 	for {
 		left = left[:0]
 		links := 0
-		for _, l := range testenv.HostLeftovers(rt.names) {
+		for _, l := range testenv.Live(testenv.HostLeftovers(rt.names)) {
 			if strings.HasPrefix(l, "link ") {
 				links++
 			} else if !strings.HasPrefix(l, "nftables table ") {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -17,11 +18,19 @@ const stateName = "state.json"
 
 // state is a sandbox's record on the node.
 type state struct {
-	Spec    sandbox.Spec `json:"spec"`
-	Pid     int          `json:"pid"`
-	Rootfs  string       `json:"rootfs"`
-	Netns   string       `json:"netns"`
-	Created time.Time    `json:"created"`
+	Spec   sandbox.Spec `json:"spec"`
+	Pid    int          `json:"pid"`
+	Rootfs string       `json:"rootfs"`
+	Netns  string       `json:"netns"`
+	// CgroupBase is what the counters of its (maybe recycled) cgroups
+	// held when it got them.
+	CgroupBase cgroups.Counters `json:"cgroup_base"`
+	// Warm: a sandbox of the warm pool, not yet claimed (a restarted node
+	// destroys it).
+	Warm bool `json:"warm,omitempty"`
+	// Prestarted: it was a warm sandbox, claimed by its create.
+	Prestarted bool      `json:"prestarted,omitempty"`
+	Created    time.Time `json:"created"`
 }
 
 func (s *state) write(dir string) error {

@@ -355,7 +355,7 @@ func TestContainerTierThroughTheAPI(t *testing.T) {
 	}
 	// Cgroups only: the daemon keeps a pool of network namespaces.
 	names, _ := containerNames()
-	if left := testenv.HostLeftovers(testenv.Sandboxes{CgroupParent: names.CgroupParent}); len(left) != 0 {
+	if left := testenv.Live(testenv.HostLeftovers(testenv.Sandboxes{CgroupParent: names.CgroupParent})); len(left) != 0 {
 		t.Errorf("left on the host after deleting every sandbox: %q", left)
 	}
 }

@@ -92,6 +92,10 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 		if err := nets.Close(ctx); err != nil {
 			d.log.Warn("closing the network manager", "err", err)
 		}
+		// Groups kept for reuse go; those of live sandboxes stay.
+		if err := cg.Close(ctx); err != nil {
+			d.log.Warn("closing the cgroup manager", "err", err)
+		}
 	}
 	cu.Add(closeNets)
 	ct, err := container.New(ctx, container.Options{
@@ -102,12 +106,24 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 		Logger:  d.log.With("tier", container.Tier),
 		HostUID: d.idBase(), HostGID: d.idBase(), IDCount: idCount,
 		Version: d.build.Version,
+		Warm:    warmPool(c.WarmPool),
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	cu.Release()
 	return ct, closeNets, nil
+}
+
+// warmPool is the warm pool's size for the warm_pool setting.
+func warmPool(n int) int {
+	switch {
+	case n == 0:
+		return 2
+	case n < 0:
+		return 0
+	}
+	return n
 }
 
 func (d *daemon) idBase() int {

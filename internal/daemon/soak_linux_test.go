@@ -525,16 +525,19 @@ func calibrate(t *testing.T, c *client.Client, h containerHost) calibration {
 // where it has one.
 type hostState struct {
 	cgroups, netns, roots, uppers, dirs, netRecords map[string]bool
-	links                                           int
-	elems                                           map[string]int // by setGroup
-	procs                                           []testenv.Proc // running as sandbox ids or in a sandbox cgroup
-	other                                           []string       // anything else of the tier's
+	// warm, warmDirs: the warm pool's sandboxes' cgroups and directories
+	warm, warmDirs map[string]bool
+	links          int
+	elems          map[string]int // by setGroup
+	procs          []testenv.Proc // running as sandbox ids or in a sandbox cgroup
+	other          []string       // anything else of the tier's
 }
 
 func readHost(t *testing.T, dir string, h containerHost) hostState {
 	t.Helper()
 	s := hostState{cgroups: map[string]bool{}, netns: map[string]bool{}, roots: map[string]bool{},
-		uppers: map[string]bool{}, dirs: map[string]bool{}, netRecords: map[string]bool{}}
+		uppers: map[string]bool{}, dirs: map[string]bool{}, netRecords: map[string]bool{},
+		warm: map[string]bool{}, warmDirs: map[string]bool{}}
 	for _, l := range testenv.HostLeftovers(h.Sandboxes) {
 		kind, what, _ := strings.Cut(l, " ")
 		switch kind {
@@ -544,7 +547,9 @@ func readHost(t *testing.T, dir string, h containerHost) hostState {
 			s.links++
 		case "cgroup":
 			s.cgroups[filepath.Base(what)] = true
-		case "processes", "nftables":
+		case "warm-cgroup":
+			s.warm[filepath.Base(what)] = true
+		case "processes", "nftables", "kept-cgroup":
 		default:
 			s.other = append(s.other, l)
 		}
@@ -563,7 +568,11 @@ func readHost(t *testing.T, dir string, h containerHost) hostState {
 	}
 	ents, _ := os.ReadDir(state)
 	for _, e := range ents {
-		s.dirs[e.Name()] = true
+		if strings.HasPrefix(e.Name(), "warm-") {
+			s.warmDirs[e.Name()] = true
+		} else {
+			s.dirs[e.Name()] = true
+		}
 	}
 	recs, _ := filepath.Glob(filepath.Join("/run/dsec/network", h.Net, "*.json"))
 	for _, r := range recs {
@@ -611,9 +620,13 @@ func checkHostMatches(t *testing.T, dir string, h containerHost, cal calibration
 	for {
 		s := readHost(t, dir, h)
 		problems = problems[:0]
+		// The warm pool's sandboxes (no network of the node's) come and
+		// go on their own: each has its cgroups and directory, no more
+		// than the pool holds.
 		for what, c := range map[string][2]map[string]bool{
 			"cgroups": {s.cgroups, want}, "network namespaces": {s.netns, wantNet},
 			"state directories": {s.dirs, want}, "network records": {s.netRecords, wantNet},
+			"warm sandboxes' directories": {s.warmDirs, s.warm},
 		} {
 			if got, w := c[0], c[1]; !maps.Equal(got, w) {
 				problems = append(problems, fmt.Sprintf("%s: extra %v, missing %v", what, missingKeys(got, w), missingKeys(w, got)))
@@ -648,6 +661,8 @@ func checkHostMatches(t *testing.T, dir string, h containerHost, cal calibration
 		for _, p := range s.procs {
 			id := procSandbox(p, h.CgroupParent)
 			switch {
+			case s.warm[id] && strings.Contains(p.Cmdline, "dsec-guest sandbox"):
+				// a warm sandbox's agent
 			case !want[id]:
 				problems = append(problems, fmt.Sprintf("process of no running sandbox: %v (cgroup %q)", p, id))
 			case p.State == 'Z':

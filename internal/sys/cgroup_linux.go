@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -58,3 +60,29 @@ func (p *Pidfd) Kill() error {
 
 // Close releases the pidfd.
 func (p *Pidfd) Close() error { return unix.Close(p.fd) }
+
+// WaitModified waits up to timeout for a kernfs file open as f (a
+// cgroup's cgroup.events) to change after it was last read: kernfs wakes
+// pollers with POLLPRI on every notification. A timeout is not an error;
+// callers re-read either way.
+func WaitModified(f *os.File, timeout time.Duration) error {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var perr error
+	err = sc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}
+		for {
+			ts := unix.NsecToTimespec(timeout.Nanoseconds())
+			_, perr = unix.Ppoll(fds, &ts, nil)
+			if !errors.Is(perr, unix.EINTR) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return perr
+}

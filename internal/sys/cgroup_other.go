@@ -2,7 +2,12 @@
 
 package sys
 
-import "github.com/dsec-dev/dsec/internal/errdefs"
+import (
+	"os"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
 
 func CgroupID(string) (uint64, error) { return 0, errdefs.ErrNotSupported }
 func IsBusy(error) bool               { return false }
@@ -13,3 +18,5 @@ type Pidfd struct{}
 func OpenPidfd(int) (*Pidfd, error) { return nil, errdefs.ErrNotSupported }
 func (*Pidfd) Kill() error          { return errdefs.ErrNotSupported }
 func (*Pidfd) Close() error         { return nil }
+
+func WaitModified(*os.File, time.Duration) error { return errdefs.ErrNotSupported }

@@ -18,8 +18,8 @@ type Sandboxes struct {
 }
 
 // HostLeftovers lists what of s is on the host: network namespaces,
-// links, the nftables table, cgroups below the parent in any hierarchy,
-// and processes in them.
+// links, the nftables table, cgroups below the parent in any hierarchy
+// (empty ones kept for reuse as "kept-cgroup"), and processes in them.
 func HostLeftovers(s Sandboxes) []string {
 	var out []string
 	if s.Net != "" {
@@ -54,8 +54,23 @@ func HostLeftovers(s Sandboxes) []string {
 				if !e.IsDir() {
 					continue
 				}
-				out = append(out, "cgroup "+filepath.Join(d, e.Name()))
-				if b, err := os.ReadFile(filepath.Join(d, e.Name(), "cgroup.procs")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+				b, err := os.ReadFile(filepath.Join(d, e.Name(), "cgroup.procs"))
+				busy := err == nil && len(strings.TrimSpace(string(b))) > 0
+				// An empty group the cgroup manager keeps for reuse
+				// (cgroups.Manager.Recycle) belongs to no sandbox; a live
+				// node may have some, a closed one none.
+				if strings.HasPrefix(e.Name(), "kept-") && !busy {
+					out = append(out, "kept-cgroup "+filepath.Join(d, e.Name()))
+					continue
+				}
+				// A warm sandbox (container.Options.Warm) is the node's
+				// until a create claims it.
+				kind := "cgroup "
+				if strings.HasPrefix(e.Name(), "warm-") {
+					kind = "warm-cgroup "
+				}
+				out = append(out, kind+filepath.Join(d, e.Name()))
+				if busy {
 					out = append(out, "processes "+strings.Join(strings.Fields(string(b)), ",")+" in "+filepath.Join(d, e.Name()))
 				}
 			}
@@ -86,4 +101,18 @@ func NoHostLeftovers(t testing.TB, s Sandboxes) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Live drops from leftovers what a running node may hold with no sandbox:
+// empty cgroups kept for reuse, and warm sandboxes' cgroups and
+// processes.
+func Live(leftovers []string) []string {
+	var out []string
+	for _, l := range leftovers {
+		warm := strings.Contains(l, "/warm-") && (strings.HasPrefix(l, "warm-cgroup ") || strings.HasPrefix(l, "processes "))
+		if !warm && !strings.HasPrefix(l, "kept-cgroup ") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
