@@ -56,8 +56,42 @@ type CreateSandboxRequest struct {
 	// first, each by name:version or ID.
 	Layers []ImageLayer `json:"layers,omitempty"`
 	// Network is what the sandbox may reach (container and VM tiers; the
-	// function tier has no network). Default: nothing at all.
+	// function tier has no network). Default: nothing at all. With Phases,
+	// each phase has its own instead.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Phases are the task's phases, in order, each with its own
+	// permissions; the sandbox starts in the first. Only the API caller
+	// changes phase (SetPhaseRequest), forward unless told otherwise.
+	Phases []Phase `json:"phases,omitempty"`
+}
+
+// Phase is one stage of a task and what commands may do in it. A change
+// of phase ends every process of the earlier one (the sandbox's agent
+// aside): nothing a phase started keeps a privilege into the next.
+type Phase struct {
+	// Name is 1–32 letters, digits, '_' or '-', unique in the task.
+	Name string `json:"name"`
+	// Network is what the sandbox may reach in this phase (default:
+	// nothing).
+	Network *NetworkPolicy `json:"network,omitempty"`
+	// Writable are the absolute paths that may be written in this phase;
+	// the rest of the root is read-only. Omitted: the whole root is
+	// writable; empty: nothing is.
+	Writable []string `json:"writable"`
+	// User runs this phase's commands: "root" (the default) or a numeric
+	// "uid" or "uid:gid" of the sandbox.
+	User string `json:"user,omitempty"`
+	// CPU and MemoryMB, if set, replace the sandbox's limits during the
+	// phase.
+	CPU      float64 `json:"cpu,omitempty"`
+	MemoryMB int     `json:"memory_mb,omitempty"`
+}
+
+// SetPhaseRequest moves a sandbox to another of its phases.
+type SetPhaseRequest struct {
+	Phase string `json:"phase"`
+	// Back allows moving to an earlier phase (refused otherwise).
+	Back bool `json:"back,omitempty"`
 }
 
 // Egress modes of a NetworkPolicy.
@@ -92,21 +126,25 @@ type NetworkRule struct {
 
 // Sandbox describes a sandbox.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	Tier      string            `json:"tier"`
-	Image     string            `json:"image"`
-	ImageID   string            `json:"image_id,omitempty"`
-	State     State             `json:"state"`
-	Node      string            `json:"node,omitempty"`
-	CPU       float64           `json:"cpu"`
-	MemoryMB  int               `json:"memory_mb"`
-	DiskMB    int               `json:"disk_mb"`
-	TimeoutS  int               `json:"timeout_s"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Network   *NetworkPolicy    `json:"network,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	ExpiresAt time.Time         `json:"expires_at"`
-	EndedAt   *time.Time        `json:"ended_at,omitempty"`
+	ID       string            `json:"id"`
+	Tier     string            `json:"tier"`
+	Image    string            `json:"image"`
+	ImageID  string            `json:"image_id,omitempty"`
+	State    State             `json:"state"`
+	Node     string            `json:"node,omitempty"`
+	CPU      float64           `json:"cpu"`
+	MemoryMB int               `json:"memory_mb"`
+	DiskMB   int               `json:"disk_mb"`
+	TimeoutS int               `json:"timeout_s"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Network  *NetworkPolicy    `json:"network,omitempty"`
+	// Phases are the task's phases and Phase the current one ("" for a
+	// sandbox without phases).
+	Phases    []Phase    `json:"phases,omitempty"`
+	Phase     string     `json:"phase,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
 	// Reason says why a sandbox stopped or failed (e.g. "expired", "deleted").
 	Reason string `json:"reason,omitempty"`
 }
@@ -177,6 +215,8 @@ type ExecResult struct {
 	TimedOut        bool    `json:"timed_out,omitempty"`
 	// Error describes an abnormal end: "timeout", "killed", a wasm trap, …
 	Error string `json:"error,omitempty"`
+	// Phase is the sandbox's phase the command ran in ("" without phases).
+	Phase string `json:"phase,omitempty"`
 }
 
 // Exec stream event types.

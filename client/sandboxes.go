@@ -59,6 +59,20 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, p, nil, nil, 0)
 }
 
+// SetPhase moves the sandbox to another of its phases (back: allow an
+// earlier one). Every process of the current phase ends first.
+func (c *Client) SetPhase(ctx context.Context, id, phase string, back bool) (*api.Sandbox, error) {
+	p, err := sandboxPath(id, "/phase")
+	if err != nil {
+		return nil, err
+	}
+	var sb api.Sandbox
+	if err := c.call(ctx, http.MethodPost, p, api.SetPhaseRequest{Phase: phase, Back: back}, &sb, 0); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
 // SetTimeout makes the sandbox expire timeout from now, rounded up to a
 // whole second.
 func (c *Client) SetTimeout(ctx context.Context, id string, timeout time.Duration) (*api.Sandbox, error) {

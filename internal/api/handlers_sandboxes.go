@@ -80,6 +80,20 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, owner str
 	w.WriteHeader(http.StatusNoContent)
 }
 
+func (s *Server) setPhase(w http.ResponseWriter, r *http.Request, owner string) {
+	var req wire.SetPhaseRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.mgr.SetPhase(r.Context(), owner, r.PathValue("id"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, owner string) {
 	var req wire.SetTimeoutRequest
 	if err := s.decode(w, r, &req); err != nil {

@@ -99,6 +99,7 @@ func (s *Server) routes() {
 	priv("GET /v1/sandboxes/{id}", s.getSandbox)
 	priv("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
 	priv("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
+	priv("POST /v1/sandboxes/{id}/phase", s.setPhase)
 	priv("GET /v1/sandboxes/{id}/stats", s.sandboxStats)
 	priv("POST /v1/sandboxes/{id}/exec", s.exec)
 	priv("POST /v1/sandboxes/{id}/exec/stream", s.execStream)

@@ -1,6 +1,11 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -19,6 +24,7 @@ func (a *app) sandboxCmd() *cobra.Command {
 		a.sandboxGetCmd(),
 		a.sandboxRemoveCmd(),
 		a.sandboxTimeoutCmd(),
+		a.sandboxPhaseCmd(),
 	)
 	return cmd
 }
@@ -35,6 +41,7 @@ type createFlags struct {
 	env      []string
 	labels   []string
 	layers   []string
+	phases   string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
@@ -47,6 +54,7 @@ func (f *createFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable K=V (repeatable)")
 	fs.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fs.StringArrayVar(&f.layers, "layer", nil, "layer ROLE=REF of an inline image instead of --image, bottom first (repeatable)")
+	fs.StringVar(&f.phases, "phases", "", `the task's phases: a JSON list, or @FILE holding one ([{"name": "setup"}, {"name": "coding", "writable": ["/workspace"], "user": "1000"}, …])`)
 }
 
 // request returns the create request the flags describe.
@@ -69,6 +77,10 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	if f.image != "" && len(layers) > 0 {
 		return api.CreateSandboxRequest{}, usagef("give --image or --layer, not both")
 	}
+	phases, err := parsePhases(f.phases)
+	if err != nil {
+		return api.CreateSandboxRequest{}, err
+	}
 	return api.CreateSandboxRequest{
 		Tier:     f.tier,
 		Image:    f.image,
@@ -79,5 +91,27 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 		Env:      env,
 		Labels:   labels,
 		Layers:   layers,
+		Phases:   phases,
 	}, nil
+}
+
+// parsePhases reads --phases: a JSON list of phases, or @FILE.
+func parsePhases(s string) ([]api.Phase, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b := []byte(s)
+	if name, ok := strings.CutPrefix(s, "@"); ok {
+		var err error
+		if b, err = os.ReadFile(name); err != nil {
+			return nil, usagef("--phases: %v", err)
+		}
+	}
+	var phases []api.Phase
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&phases); err != nil {
+		return nil, usagef("--phases: a JSON list of phases: %v", err)
+	}
+	return phases, nil
 }

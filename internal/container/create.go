@@ -59,8 +59,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			return nil, err
 		}
 	}
+	err := r.startPhase(ctx, sb)
 	r.mu.Lock()
-	err := r.checkNewLocked(spec.ID)
+	if err == nil {
+		err = r.checkNewLocked(spec.ID)
+	}
 	if err == nil {
 		r.sandboxes[spec.ID] = sb
 	}
@@ -70,6 +73,26 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 	return sb, nil
+}
+
+// startPhase applies the first of sb's phases, if it has any (nothing
+// of the sandbox's has run yet).
+func (r *Runtime) startPhase(ctx context.Context, sb *Sandbox) error {
+	phases := sb.state.Spec.Phases
+	if len(phases) == 0 {
+		return nil
+	}
+	p := phases[0]
+	if err := r.applyPhase(ctx, sb, p, nil); err != nil {
+		return err
+	}
+	st := *sb.state
+	st.Phase = &p
+	if err := st.write(sb.dir); err != nil {
+		return err
+	}
+	sb.state = &st
+	return nil
 }
 
 // checkNew fails if the runtime is closed or has a sandbox id.
@@ -87,6 +110,31 @@ func (r *Runtime) checkNewLocked(id string) error {
 		return errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s exists", id)
 	}
 	return nil
+}
+
+// networkOf returns the policy spec starts with (its first phase's, with
+// phases) and whether it needs a network of the node's: a policy that is
+// not isolated now or in any later phase (a namespace cannot be swapped
+// under a running sandbox).
+func networkOf(spec sandbox.Spec) (network.Policy, bool, error) {
+	if len(spec.Phases) == 0 {
+		p, err := network.FromAPI(spec.Network)
+		return p, err == nil && !p.Isolated(), err
+	}
+	first, err := network.FromAPI(spec.Phases[0].Network)
+	if err != nil {
+		return first, false, err
+	}
+	for _, ph := range spec.Phases {
+		p, err := network.FromAPI(ph.Network)
+		if err != nil {
+			return first, false, err
+		}
+		if !p.Isolated() {
+			return first, true, nil
+		}
+	}
+	return first, false, nil
 }
 
 // diskMB is the size of spec's writable layer.
@@ -173,7 +221,7 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	})
 	st.CgroupBase = cg.Base()
 
-	policy, err := network.FromAPI(spec.Network)
+	policy, linked, err := networkOf(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +229,7 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	// only its loopback interface, made by its clone: no veth, address,
 	// route or firewall element (the default policy, and the cheapest).
 	ep := &network.Endpoint{}
-	if !policy.Isolated() {
+	if linked {
 		if ep, err = r.opt.Network.Acquire(ctx, spec.ID, policy); err != nil {
 			return nil, err
 		}

@@ -27,6 +27,10 @@ type Sandbox struct {
 	wait        func() // waits for PID 1 to exit (no-op for adopted ones)
 	releaseRoot func() // drops the root's layer references
 
+	// phaseMu orders phase changes (writers) against reads of the
+	// current phase; state is replaced, never changed, under it.
+	phaseMu sync.RWMutex
+
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client
 	destroyed bool
@@ -63,7 +67,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if req.Stdout != nil || req.Stderr != nil {
 		out = agentproto.Output{Stdout: writerFunc(req.Stdout), Stderr: writerFunc(req.Stderr)}
 	}
-	return c.Exec(ctx, ar, out)
+	phase := s.Phase()
+	res, err := c.Exec(ctx, ar, out)
+	res.Phase = phase
+	return res, err
 }
 
 func writerFunc(w io.Writer) func([]byte) {
@@ -80,6 +87,7 @@ func (s *Sandbox) agentExec(req *sandbox.ExecRequest) (agentproto.ExecRequest, e
 	}
 	ar := agentproto.ExecRequestFrom(argv, *req)
 	ar.Env = commandEnv(s.state.Spec, req.Env)
+	ar.User = phaseUser(s.commandPhase())
 	return ar, nil
 }
 
@@ -193,8 +201,12 @@ func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 		return sandbox.Stats{}, err
 	}
 	spec := s.state.Spec
+	lim := s.rt.limits(spec)
+	if p := s.commandPhase(); p != nil {
+		lim = s.rt.phaseLimits(spec, *p)
+	}
 	return sandbox.Stats{
-		MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeak, MemoryLimitBytes: s.rt.limits(spec).MemoryBytes,
+		MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeak, MemoryLimitBytes: lim.MemoryBytes,
 		CPUSeconds: st.CPUSeconds, Processes: int(st.Pids), PidsLimited: st.PidsLimited, OOMKills: st.OOMKills,
 		DiskBytes: disk.Used, DiskLimitBytes: disk.Size, DiskFull: disk.Full(),
 	}, nil

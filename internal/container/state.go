@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -29,8 +30,10 @@ type state struct {
 	// destroys it).
 	Warm bool `json:"warm,omitempty"`
 	// Prestarted: it was a warm sandbox, claimed by its create.
-	Prestarted bool      `json:"prestarted,omitempty"`
-	Created    time.Time `json:"created"`
+	Prestarted bool `json:"prestarted,omitempty"`
+	// Phase is the sandbox's current phase (nil without phases).
+	Phase   *api.Phase `json:"phase,omitempty"`
+	Created time.Time  `json:"created"`
 }
 
 func (s *state) write(dir string) error {

@@ -66,8 +66,7 @@ func newWarmPool(size int) *warmPool {
 // warmKey returns the key of the sandboxes spec can be made from, or
 // false if it cannot be made from a warm one.
 func warmKey(spec sandbox.Spec) (string, bool) {
-	policy, err := network.FromAPI(spec.Network)
-	if err != nil || !policy.Isolated() {
+	if _, linked, err := networkOf(spec); err != nil || linked {
 		return "", false
 	}
 	var b strings.Builder

@@ -58,6 +58,9 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) error {
 	if err := validateNetwork(req); err != nil {
 		return err
 	}
+	if err := m.validatePhases(req); err != nil {
+		return err
+	}
 	if req.CPU < 0 || req.CPU > l.MaxCPU {
 		return errdefs.New(errdefs.Invalid, "out_of_range", "cpu must be between 0 and %g", l.MaxCPU)
 	}
@@ -178,9 +181,13 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 			ID: newID(), Tier: req.Tier, Image: imgName, ImageID: img.ID, State: api.StatePending, Node: node,
 			CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, TimeoutS: req.TimeoutS,
 			Labels: maps.Clone(req.Labels), Network: req.Network, CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second),
+			Phases: req.Phases,
 		},
 		StateSince: now,
 		Owner:      owner, Env: maps.Clone(req.Env), ImageSource: img.Source(), Layers: layerIDs,
+	}
+	if len(rec.Phases) > 0 {
+		rec.Phase = rec.Phases[0].Name
 	}
 	// The record goes first: if this process dies before the node has the
 	// sandbox, reconciliation finds the pending record and cleans up.
@@ -197,7 +204,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 	defer cancel()
 	err = m.nodes.Create(cctx, node, noderpc.CreateRequest{
 		ID: rec.ID, Tier: rec.Tier, CPU: rec.CPU, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB, Env: rec.Env,
-		Image: ref, Network: rec.Network,
+		Image: ref, Network: rec.Network, Phases: rec.Phases,
 	})
 	if err != nil {
 		m.fail(cctx, rec.ID, "create failed: "+errdefs.MessageOf(err))

@@ -92,6 +92,9 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
+	// A change of phase ends the calls of the earlier one.
+	phase, phaseCalls := s.current()
+	defer context.AfterFunc(phaseCalls, cancel)()
 
 	inst, hit, err := m.pool.get(cctx)
 	s.rt.metrics.count(hit)
@@ -120,8 +123,11 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 		return api.ExecResult{}, err
 	}
 	var exit *sys.ExitError
+	if phase != nil {
+		res.Phase = phase.Name
+	}
 	switch {
-	case s.life.Err() != nil:
+	case s.life.Err() != nil || phaseCalls.Err() != nil:
 		res.ExitCode, res.Error = -1, "killed"
 	case cctx.Err() != nil:
 		res.ExitCode, res.TimedOut, res.Error = -1, true, "timeout"

@@ -111,6 +111,9 @@ func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.Wr
 	if rel == "." {
 		return api.FileInfo{}, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs)
 	}
+	if !(*Sandbox)(f).writable(rel) {
+		return api.FileInfo{}, (*Sandbox)(f).readOnly(abs)
+	}
 	if err := (*Sandbox)(f).enter(); err != nil {
 		return api.FileInfo{}, err
 	}
@@ -271,6 +274,9 @@ func (f *files) Mkdir(ctx context.Context, p string, parents bool) (api.FileInfo
 	if err != nil {
 		return api.FileInfo{}, err
 	}
+	if !(*Sandbox)(f).writable(rel) {
+		return api.FileInfo{}, (*Sandbox)(f).readOnly(abs)
+	}
 	if err := (*Sandbox)(f).enter(); err != nil {
 		return api.FileInfo{}, err
 	}
@@ -291,6 +297,9 @@ func (f *files) Remove(ctx context.Context, p string, recursive bool) error {
 	abs, rel, err := resolve(p)
 	if err != nil {
 		return err
+	}
+	if !(*Sandbox)(f).writable(rel) {
+		return (*Sandbox)(f).readOnly(abs)
 	}
 	if rel == "." {
 		return errdefs.New(errdefs.Invalid, "path_is_root", "%s cannot be removed", FileRoot)
@@ -325,6 +334,11 @@ func (f *files) Rename(ctx context.Context, from, to string) (api.FileInfo, erro
 	}
 	if fromRel == "." || toRel == "." {
 		return api.FileInfo{}, errdefs.New(errdefs.Invalid, "path_is_root", "%s cannot be renamed or replaced", FileRoot)
+	}
+	for _, w := range [][2]string{{fromAbs, fromRel}, {toAbs, toRel}} {
+		if !(*Sandbox)(f).writable(w[1]) {
+			return api.FileInfo{}, (*Sandbox)(f).readOnly(w[0])
+		}
 	}
 	if err := (*Sandbox)(f).enter(); err != nil {
 		return api.FileInfo{}, err

@@ -29,6 +29,9 @@ type Sandbox struct {
 	work    *os.Root // workDir, for the files API and module loading
 	workFS  experimentalsys.FS
 
+	// phase is the current phase; calls derive from its context.
+	phase phaseState
+
 	// life ends on Destroy (or the runtime's Close); calls derive from it.
 	life context.Context
 	kill context.CancelFunc
@@ -236,7 +239,7 @@ func (r *Runtime) adopt(spec sandbox.Spec, dir string, tmpfs bool, img *image) (
 		return nil, err
 	}
 	life, kill := context.WithCancel(r.life)
-	return &Sandbox{
+	sb := &Sandbox{
 		rt:      r,
 		spec:    spec,
 		dir:     dir,
@@ -244,10 +247,12 @@ func (r *Runtime) adopt(spec sandbox.Spec, dir string, tmpfs bool, img *image) (
 		tmpfs:   tmpfs,
 		img:     img,
 		work:    root,
-		workFS:  newWorkspaceFS(work),
 		life:    life,
 		kill:    kill,
-	}, nil
+	}
+	sb.workFS = phaseFS{FS: newWorkspaceFS(work), s: sb}
+	sb.initPhase()
+	return sb, nil
 }
 
 // image returns the opened image at path, reopening it if the directory

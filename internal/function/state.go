@@ -19,6 +19,14 @@ type stateFile struct {
 	// Tmpfs says the workspace is a tmpfs mount; if it is no longer
 	// mounted (the host rebooted), the sandbox is lost.
 	Tmpfs bool `json:"tmpfs"`
+	// Phase is the current phase's name ("" without phases, or still the
+	// first).
+	Phase string `json:"phase,omitempty"`
+}
+
+// writeState records the sandbox's current phase.
+func (s *Sandbox) writeState() error {
+	return writeState(s.dir, stateFile{Version: 1, Spec: s.spec, Tmpfs: s.tmpfs, Phase: s.Phase()})
 }
 
 const stateName = "sandbox.json"
@@ -106,6 +114,13 @@ func (r *Runtime) recoverOne(dir string) (sb *Sandbox, why string, drop bool) {
 		return nil, "lost: " + err.Error(), true
 	}
 	sb, err = r.adopt(st.Spec, dir, st.Tmpfs, img)
+	if err == nil && st.Phase != "" {
+		for _, p := range st.Spec.Phases {
+			if p.Name == st.Phase {
+				sb.phase.cur = &p
+			}
+		}
+	}
 	if err != nil {
 		return nil, "lost: " + err.Error(), true
 	}

@@ -103,6 +103,10 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		ln.Close()
 		return nil, cfg, err
 	}
+	if err := dropAgentCaps(); err != nil {
+		ln.Close()
+		return nil, cfg, err
+	}
 	reserveThreads(reservedThreads)
 	return ln, cfg, nil
 }

@@ -5,9 +5,23 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
+
+// setPhase moves a sandbox to another of its phases.
+func (a *Agent) setPhase(ctx context.Context, req noderpc.SetPhaseRequest) error {
+	sb, tier, err := a.lookup(req.ID)
+	if err != nil {
+		return err
+	}
+	p, ok := sb.(sandbox.Phaser)
+	if !ok {
+		return errdefs.New(errdefs.Unsupported, "tier_has_no_phases", "the %s tier has no phases", tier)
+	}
+	return p.SetPhase(ctx, req.Phase)
+}
 
 // stats reports a sandbox's resource use.
 func (a *Agent) stats(ctx context.Context, t noderpc.Target) (api.SandboxStats, error) {

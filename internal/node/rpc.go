@@ -91,6 +91,7 @@ func (a *Agent) simpleOps() map[string]func(context.Context, []byte) (any, error
 		noderpc.OpFileRemove: jsonOp(a.fileRemove),
 		noderpc.OpFileRename: jsonOpR(a.fileRename),
 		noderpc.OpStats:      jsonOpR(a.stats),
+		noderpc.OpSetPhase:   jsonOp(a.setPhase),
 	}
 }
 

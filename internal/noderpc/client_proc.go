@@ -20,6 +20,11 @@ func (c *Client) ListProcesses(ctx context.Context, node, id string) ([]api.Proc
 	return l.Processes, err
 }
 
+// SetPhase moves a sandbox to another of its phases.
+func (c *Client) SetPhase(ctx context.Context, node, id string, p api.Phase) error {
+	return c.request(ctx, node, OpSetPhase, SetPhaseRequest{ID: id, Phase: p}, nil)
+}
+
 // Stats reports a sandbox's resource use.
 func (c *Client) Stats(ctx context.Context, node, id string) (api.SandboxStats, error) {
 	var st api.SandboxStats

@@ -46,6 +46,7 @@ const (
 	OpFileRemove = "fs.remove"
 	OpFileRename = "fs.rename"
 	OpStats      = "stats"
+	OpSetPhase   = "phase"
 )
 
 // Headers.
@@ -104,6 +105,15 @@ type CreateRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	// Network is the sandbox's network policy (nil: no egress).
 	Network *api.NetworkPolicy `json:"network,omitempty"`
+	// Phases are the task's phases; the sandbox starts in the first.
+	Phases []api.Phase `json:"phases,omitempty"`
+}
+
+// SetPhaseRequest moves sandbox ID to Phase (one of its phases, which
+// the control plane checked).
+type SetPhaseRequest struct {
+	ID    string    `json:"id"`
+	Phase api.Phase `json:"phase"`
 }
 
 // Target names a sandbox on a node.

@@ -76,8 +76,11 @@ type Spec struct {
 	DiskMB   int
 	Env      map[string]string
 	// Network is the network policy (nil: no egress); tiers without a
-	// network refuse any other.
+	// network refuse any other. With Phases, each phase's replaces it.
 	Network *api.NetworkPolicy
+	// Phases are the task's phases (validated by the control plane); the
+	// sandbox starts in the first.
+	Phases []api.Phase
 }
 
 // Sandbox is one live sandbox. Implementations are safe for concurrent use;
@@ -136,6 +139,16 @@ type WriteOptions struct {
 	Parents bool
 	// MaxBytes, if positive, fails the write with TooLarge past that size.
 	MaxBytes int64
+}
+
+// Phaser is implemented by sandboxes of tiers with staged permissions.
+type Phaser interface {
+	// SetPhase ends every process of the current phase and applies p's
+	// permissions, atomically as the sandbox sees it (it is frozen
+	// meanwhile).
+	SetPhase(ctx context.Context, p api.Phase) error
+	// Phase is the current phase's name ("" without phases).
+	Phase() string
 }
 
 // ProcessRunner is implemented by sandboxes of tiers with background

@@ -76,3 +76,9 @@ func SetLinkUp(string) error { return errdefs.ErrNotSupported }
 
 func SetHostnameIn(*os.File, string) error { return errdefs.ErrNotSupported }
 func RenameNoReplace(string, string) error { return errdefs.ErrNotSupported }
+
+func InMountNS(*os.File, func() error) error { return errdefs.ErrNotSupported }
+func SetRootReadOnly(bool) error             { return errdefs.ErrNotSupported }
+func BindWritable(string, int, int) error    { return errdefs.ErrNotSupported }
+func UnmountPath(string) error               { return errdefs.ErrNotSupported }
+func CheckBindable(string) error             { return errdefs.ErrNotSupported }

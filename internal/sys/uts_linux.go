@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,30 +12,26 @@ import (
 // /proc/<pid>/ns/uts) from a thread that joins it for the call. A thread
 // that cannot return to its own namespace exits with its goroutine.
 func SetHostnameIn(uts *os.File, name string) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/uts")
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- err
-			return
+	var err error
+	onSideThread(func() bool {
+		orig, oerr := os.Open("/proc/thread-self/ns/uts")
+		if oerr != nil {
+			err = oerr
+			return true
 		}
 		defer orig.Close()
-		if err := unix.Setns(int(uts.Fd()), unix.CLONE_NEWUTS); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("joining a uts namespace: %w", err)
-			return
+		if serr := unix.Setns(int(uts.Fd()), unix.CLONE_NEWUTS); serr != nil {
+			err = fmt.Errorf("joining a uts namespace: %w", serr)
+			return true
 		}
-		serr := unix.Sethostname([]byte(name))
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWUTS); err != nil {
-			done <- errors.Join(serr, fmt.Errorf("restoring the thread's uts namespace: %w", err))
-			return // locked: the thread goes
+		err = unix.Sethostname([]byte(name))
+		if rerr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWUTS); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("restoring the thread's uts namespace: %w", rerr))
+			return false // the thread goes
 		}
-		runtime.UnlockOSThread()
-		done <- serr
-	}()
-	return <-done
+		return true
+	})
+	return err
 }
 
 // RenameNoReplace renames from to to, failing (EEXIST) if to exists,

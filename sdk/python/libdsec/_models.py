@@ -57,6 +57,10 @@ class SandboxInfo:
     # The network policy as the API reports it ({"egress": ..., "allow":
     # [...]}), or None for the default (no egress).
     network: dict[str, Any] | None = None
+    # The task's phases as the API reports them, and the current one ("" for
+    # a sandbox created without phases).
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    phase: str = ""
 
     @property
     def sandbox_id(self) -> str:
@@ -85,6 +89,8 @@ class SandboxInfo:
             ended_at=parse_time(d.get("ended_at")),
             reason=str(d.get("reason") or ""),
             network=dict(d["network"]) if isinstance(d.get("network"), Mapping) else None,
+            phases=[dict(p) for p in d.get("phases") or [] if isinstance(p, Mapping)],
+            phase=str(d.get("phase") or ""),
         )
 
 
@@ -145,6 +151,8 @@ class CommandResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     timed_out: bool = False
+    # The sandbox's phase the command ran in ("" without phases).
+    phase: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CommandResult:
@@ -157,6 +165,7 @@ class CommandResult:
             stdout_truncated=bool(d.get("stdout_truncated")),
             stderr_truncated=bool(d.get("stderr_truncated")),
             timed_out=bool(d.get("timed_out")),
+            phase=str(d.get("phase") or ""),
         )
 
 

@@ -127,6 +127,7 @@ def create_body(
     labels: Mapping[str, str] | None,
     layers: LayersSpec | None = None,
     network: NetworkSpec | None = None,
+    phases: Iterable[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The CreateSandboxRequest for Sandbox.create's arguments."""
     body: dict[str, Any] = {}
@@ -156,7 +157,52 @@ def create_body(
         body["labels"] = merged
     if network is not None:
         body["network"] = network_policy(network)
+    if phases is not None:
+        body["phases"] = phase_list(phases)
     return body
+
+
+_PHASE_KEYS = ("name", "network", "writable", "user", "cpu", "memory_mb")
+
+
+def phase_list(phases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The API's phases for Sandbox.create's ``phases``: mappings with
+    ``name`` and optionally ``network`` (as for ``network=``), ``writable``
+    (absolute paths; omitted: all writable, ``[]``: none), ``user`` ("root",
+    "1000" or "1000:1000"), ``cpu`` and ``memory_mb``. The server checks the
+    values (InvalidArgumentError, code ``invalid_phase``)."""
+    if isinstance(phases, (str, bytes, Mapping)) or not isinstance(phases, Iterable):
+        raise InvalidArgumentError("phases must be a list of mappings")
+    out: list[dict[str, Any]] = []
+    for p in phases:
+        if not isinstance(p, Mapping) or not isinstance(p.get("name"), str):
+            raise InvalidArgumentError(f"a phase must be a mapping with a name, not {p!r}")
+        bad = set(p) - set(_PHASE_KEYS)
+        if bad:
+            raise InvalidArgumentError(f"phase {p['name']!r} has unknown keys {sorted(map(str, bad))}; it takes {', '.join(_PHASE_KEYS)}")
+        d: dict[str, Any] = {"name": p["name"]}
+        if p.get("network") is not None:
+            d["network"] = network_policy(p["network"])
+        if "writable" in p and p["writable"] is not None:
+            w = p["writable"]
+            if isinstance(w, (str, bytes)) or not isinstance(w, Iterable):
+                raise InvalidArgumentError(f"phase {p['name']!r}: writable must be a list of paths")
+            d["writable"] = [str(x) for x in w]
+        for k in ("user", "cpu", "memory_mb"):
+            if p.get(k) is not None:
+                d[k] = p[k]
+        out.append(d)
+    return out
+
+
+def set_phase(sandbox_id: str, phase: str, back: bool, timeout: float) -> Op[SandboxInfo]:
+    if not isinstance(phase, str) or not phase:
+        raise InvalidArgumentError(f"phase must be a phase's name, not {phase!r}")
+    body: dict[str, Any] = {"phase": phase}
+    if back:
+        body["back"] = True
+    resp = yield Call("POST", sandbox_path(sandbox_id, "phase"), timeout, json=body)
+    return SandboxInfo.from_json(json_body(resp))
 
 
 def network_policy(network: NetworkSpec) -> dict[str, Any]:

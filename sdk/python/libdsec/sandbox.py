@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import List, Mapping
+from typing import Any, Iterable, List, Mapping
 
 from . import _ops
 from ._http import Client
@@ -72,6 +72,7 @@ class Sandbox:
         labels: Mapping[str, str] | None = None,
         layers: LayersSpec | None = None,
         network: NetworkSpec | None = None,
+        phases: Iterable[Mapping[str, Any]] | None = None,
         client: Client | None = None,
     ) -> Sandbox:
         """Create a sandbox and wait until it runs.
@@ -97,6 +98,13 @@ class Sandbox:
                 names them. A bad policy raises InvalidArgumentError (code
                 ``invalid_network_policy``); egress on the function tier
                 raises UnsupportedError (``tier_has_no_network``).
+            phases: the task's phases, in order, each a mapping with a
+                ``name`` and its permissions: ``network`` (as above),
+                ``writable`` (absolute paths; the rest of the root is
+                read-only; omitted: all writable, ``[]``: nothing),
+                ``user`` ("root", "1000" or "1000:1000"), ``cpu`` and
+                ``memory_mb``. The sandbox starts in the first; set_phase
+                moves it on. With phases, ``network`` is per phase.
             envs: environment for every command.
             metadata: labels to filter on in list() (``labels=`` is an alias).
             url, token: the server; defaults from $DSEC_URL / $DSEC_TOKEN or
@@ -108,7 +116,7 @@ class Sandbox:
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
-            network=network,
+            network=network, phases=phases,
         )
         rt = request_timeout or c.options.request_timeout
         info = c.run(_ops.create_sandbox(body, rt))
@@ -197,6 +205,21 @@ class Sandbox:
         is gone (SandboxNotRunningError once it has ended).
         """
         return self._client.run(_ops.sandbox_stats(self.sandbox_id, self._rt))
+
+    @property
+    def phase(self) -> str:
+        """The current phase as last seen (refresh with get_info()); "" for a
+        sandbox created without phases."""
+        return self._info.phase
+
+    def set_phase(self, phase: str, *, back: bool = False) -> SandboxInfo:
+        """Move the sandbox to another of its phases. Every process of the
+        current phase ends first; then the new phase's network, writable
+        paths, user and limits apply. Going back to an earlier phase needs
+        ``back=True`` (ConflictError, code ``phase_backwards``, otherwise).
+        """
+        self._info = self._client.run(_ops.set_phase(self.sandbox_id, phase, back, self._rt))
+        return self._info
 
     def set_timeout(self, timeout: int) -> SandboxInfo:
         """Make the sandbox expire ``timeout`` seconds from now."""

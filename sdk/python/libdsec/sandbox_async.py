@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import List, Mapping
+from typing import Any, Iterable, List, Mapping
 
 from . import _ops
 from ._http import AsyncClient
@@ -68,6 +68,7 @@ class AsyncSandbox:
         labels: Mapping[str, str] | None = None,
         layers: LayersSpec | None = None,
         network: NetworkSpec | None = None,
+        phases: Iterable[Mapping[str, Any]] | None = None,
         client: AsyncClient | None = None,
     ) -> AsyncSandbox:
         """As :meth:`Sandbox.create <libdsec.Sandbox.create>`."""
@@ -75,7 +76,7 @@ class AsyncSandbox:
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
-            network=network,
+            network=network, phases=phases,
         )
         rt = request_timeout or c.options.request_timeout
         info = await c.run(_ops.create_sandbox(body, rt))
@@ -151,6 +152,21 @@ class AsyncSandbox:
 
     async def stats(self) -> SandboxStats:
         return await self._client.run(_ops.sandbox_stats(self.sandbox_id, self._rt))
+
+    @property
+    def phase(self) -> str:
+        """The current phase as last seen (refresh with get_info()); "" for a
+        sandbox created without phases."""
+        return self._info.phase
+
+    async def set_phase(self, phase: str, *, back: bool = False) -> SandboxInfo:
+        """Move the sandbox to another of its phases. Every process of the
+        current phase ends first; then the new phase's network, writable
+        paths, user and limits apply. Going back to an earlier phase needs
+        ``back=True`` (ConflictError, code ``phase_backwards``, otherwise).
+        """
+        self._info = await self._client.run(_ops.set_phase(self.sandbox_id, phase, back, self._rt))
+        return self._info
 
     async def set_timeout(self, timeout: int) -> SandboxInfo:
         self._info = await self._client.run(_ops.set_timeout(self.sandbox_id, timeout, self._rt))

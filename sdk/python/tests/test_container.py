@@ -16,6 +16,7 @@ from libdsec import (
     AsyncClient,
     AsyncSandbox,
     CommandExitError,
+    ConflictError,
     ConnectionError,
     InvalidArgumentError,
     NotFoundError,
@@ -266,3 +267,37 @@ def test_container_async(conn: Conn, labels: dict[str, str]) -> None:
             await AsyncClient.aclose_shared()
 
     assert asyncio.run(main()) == [f"task-{i}" for i in range(4)]
+
+
+def test_container_phases(conn: Conn, labels: dict[str, str]) -> None:
+    phases = [
+        {"name": "setup"},
+        {"name": "coding", "writable": ["/workspace"], "user": "1000"},
+        {"name": "submit", "writable": []},
+    ]
+    with Sandbox.create(tier="container", image="busybox", phases=phases, metadata=labels, **conn) as sb:
+        assert sb.phase == "setup" and [p["name"] for p in sb.get_info().phases] == ["setup", "coding", "submit"]
+        r = sb.commands.run("mkdir -p /workspace && chmod 777 /workspace && (setsid sleep 600 &) && id -u")
+        assert r.stdout == "0\n" and r.phase == "setup", r
+        info = sb.set_phase("coding")
+        assert info.phase == sb.phase == "coding"
+        r = sb.commands.run("id -u; pgrep sleep || echo no-sleep; touch /workspace/ok && echo wrote; touch /tmp/no 2>&1; true")
+        assert r.stdout.startswith("1000\nno-sleep\nwrote\n") and "Read-only file system" in r.stdout and r.phase == "coding", r
+        with pytest.raises(ConflictError) as e:
+            sb.set_phase("setup")
+        assert e.value.code == "phase_backwards"
+        with pytest.raises(InvalidArgumentError) as e2:
+            sb.set_phase("nope")
+        assert e2.value.code == "unknown_phase"
+        sb.set_phase("submit")
+        r = sb.commands.run("touch /workspace/again 2>&1; cat /workspace/ok && echo kept")
+        assert "Read-only file system" in r.stdout and "kept" in r.stdout, r
+        assert sb.set_phase("setup", back=True).phase == "setup"
+
+
+def test_container_phases_refused(conn: Conn, labels: dict[str, str]) -> None:
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create(tier="container", image="busybox", phases=[{"name": "a"}, {"name": "a"}], metadata=labels, **conn)
+    assert e.value.code == "invalid_phase"
+    with pytest.raises(InvalidArgumentError):
+        Sandbox.create(tier="container", image="busybox", phases=[{"name": "a", "bogus": 1}], metadata=labels, **conn)

@@ -1,0 +1,118 @@
+package controlplane
+
+import (
+	"context"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/store"
+)
+
+// Staged permissions: a task's phases are checked here, at create, so
+// that a node only ever applies valid ones; the current phase lives in
+// the sandbox's record, and only SetPhase (the API caller) changes it.
+
+const maxPhases = 16
+
+var phaseName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+// validatePhases checks req.Phases and normalises them.
+func (m *Manager) validatePhases(req *api.CreateSandboxRequest) error {
+	if len(req.Phases) == 0 {
+		return nil
+	}
+	if req.Network != nil {
+		return errdefs.New(errdefs.Invalid, "network_and_phases", "with phases, each phase has its own network: leave the sandbox's network out")
+	}
+	if len(req.Phases) > maxPhases {
+		return errdefs.New(errdefs.Invalid, "too_many_phases", "at most %d phases", maxPhases)
+	}
+	seen := map[string]bool{}
+	for i := range req.Phases {
+		p := &req.Phases[i]
+		if !phaseName.MatchString(p.Name) || seen[p.Name] {
+			return errdefs.New(errdefs.Invalid, "invalid_phase", "phase %d: names are 1–32 letters, digits, '_' or '-', each used once (%q)", i, p.Name)
+		}
+		seen[p.Name] = true
+		check := api.CreateSandboxRequest{Tier: req.Tier, Network: p.Network}
+		if err := validateNetwork(&check); err != nil {
+			return errdefs.Wrap(errdefs.ClassOf(err), errdefs.CodeOf(err), err, "phase %s", p.Name)
+		}
+		if p.Writable != nil {
+			clean := make([]string, 0, len(p.Writable))
+			for _, w := range p.Writable {
+				c := path.Clean(w)
+				if !path.IsAbs(w) || strings.ContainsRune(w, 0) || len(w) > 4096 {
+					return errdefs.New(errdefs.Invalid, "invalid_phase", "phase %s: writable paths are absolute (%q)", p.Name, w)
+				}
+				clean = append(clean, c)
+			}
+			slices.Sort(clean)
+			p.Writable = slices.Compact(clean)
+		}
+		if req.Tier == api.TierFunction && p.User != "" && p.User != "root" {
+			return errdefs.New(errdefs.Unsupported, "tier_has_no_users", "phase %s: the function tier has no users", p.Name)
+		}
+		if _, _, err := sandbox.ParseUser(p.User); err != nil {
+			return errdefs.Wrap(errdefs.Invalid, "invalid_phase", err, "phase %s", p.Name)
+		}
+		if p.CPU < 0 || p.CPU > m.lim.MaxCPU || p.MemoryMB < 0 || p.MemoryMB > m.lim.MaxMemoryMB {
+			return errdefs.New(errdefs.Invalid, "out_of_range", "phase %s: cpu must be between 0 and %g, memory_mb between 0 and %d", p.Name, m.lim.MaxCPU, m.lim.MaxMemoryMB)
+		}
+	}
+	return nil
+}
+
+// phaseLocks serialise phase changes of a sandbox (striped by ID: phase
+// changes are rare, sandboxes many).
+var phaseLocks [64]sync.Mutex
+
+func phaseLock(id string) *sync.Mutex {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return &phaseLocks[h%uint32(len(phaseLocks))]
+}
+
+// SetPhase moves a running sandbox of owner to its phase name: forward
+// only, unless back allows an earlier one. The node ends every process
+// of the earlier phase and applies the new one before the record says
+// so; a failure leaves the record at the old phase.
+func (m *Manager) SetPhase(ctx context.Context, owner, id string, req api.SetPhaseRequest) (api.Sandbox, error) {
+	mu := phaseLock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if len(rec.Phases) == 0 {
+		return api.Sandbox{}, errdefs.New(errdefs.Conflict, "no_phases", "sandbox %s was created without phases", id)
+	}
+	to := slices.IndexFunc(rec.Phases, func(p api.Phase) bool { return p.Name == req.Phase })
+	if to < 0 {
+		return api.Sandbox{}, errdefs.New(errdefs.Invalid, "unknown_phase", "sandbox %s has no phase %q", id, req.Phase)
+	}
+	from := slices.IndexFunc(rec.Phases, func(p api.Phase) bool { return p.Name == rec.Phase })
+	switch {
+	case to == from:
+		return rec.Sandbox, nil
+	case to < from && !req.Back:
+		return api.Sandbox{}, errdefs.New(errdefs.Conflict, "phase_backwards", "sandbox %s is in phase %s, after %s: going back needs back=true", id, rec.Phase, req.Phase)
+	}
+	if err := m.nodes.SetPhase(ctx, rec.Node, id, rec.Phases[to]); err != nil {
+		return api.Sandbox{}, err
+	}
+	out, err := m.mutate(ctx, id, func(r *store.SandboxRecord) (bool, error) {
+		r.Phase = req.Phase
+		return true, nil
+	})
+	return out.Sandbox, err
+}

@@ -1,0 +1,175 @@
+package function
+
+import (
+	"context"
+	"io/fs"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
+)
+
+// Staged permissions in the function tier (sandbox.Phaser). A phase
+// decides which workspace paths are writable, to the modules a call runs
+// (their WASI view of /workspace) and to the files API alike; the tier
+// has no network and no users, so a phase with either is refused at
+// create. A change of phase ends the calls of the earlier one (their
+// result says "killed").
+
+var _ sandbox.Phaser = (*Sandbox)(nil)
+
+// phaseState is a sandbox's current phase and the context its calls
+// derive from, cancelled when the phase ends.
+type phaseState struct {
+	mu    sync.Mutex // guards the fields below
+	cur   *api.Phase
+	calls context.Context
+	end   context.CancelFunc
+}
+
+func (s *Sandbox) initPhase() {
+	s.phase.calls, s.phase.end = context.WithCancel(s.life)
+	if len(s.spec.Phases) > 0 {
+		p := s.spec.Phases[0]
+		s.phase.cur = &p
+	}
+}
+
+// current returns the current phase (nil without phases) and its calls'
+// context.
+func (s *Sandbox) current() (*api.Phase, context.Context) {
+	s.phase.mu.Lock()
+	defer s.phase.mu.Unlock()
+	return s.phase.cur, s.phase.calls
+}
+
+// Phase implements sandbox.Phaser.
+func (s *Sandbox) Phase() string {
+	if p, _ := s.current(); p != nil {
+		return p.Name
+	}
+	return ""
+}
+
+// SetPhase implements sandbox.Phaser.
+func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
+	s.phase.mu.Lock()
+	if s.phase.cur == nil {
+		s.phase.mu.Unlock()
+		return errdefs.New(errdefs.Conflict, "no_phases", "sandbox %s was created without phases", s.spec.ID)
+	}
+	s.phase.end()
+	s.phase.calls, s.phase.end = context.WithCancel(s.life)
+	s.phase.cur = &p
+	s.phase.mu.Unlock()
+	// The earlier phase's calls see their context end; wait for them.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.running.Load() > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	return s.writeState()
+}
+
+// writable reports whether the workspace path rel (slash-separated,
+// relative to /workspace) may be written in the current phase.
+func (s *Sandbox) writable(rel string) bool {
+	p, _ := s.current()
+	if p == nil || sandbox.WholeRootWritable(*p) {
+		return true
+	}
+	rel = path.Clean(strings.TrimLeft(rel, "/"))
+	for _, w := range p.Writable {
+		if w == FileRoot {
+			return true
+		}
+		if wr, ok := strings.CutPrefix(w, FileRoot+"/"); ok && (rel == wr || strings.HasPrefix(rel, wr+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// readOnly is the files API's error for a path the phase does not let it
+// write.
+func (s *Sandbox) readOnly(abs string) error {
+	return errdefs.New(errdefs.PermissionDenied, "read_only_path", "%s is read-only in phase %s", abs, s.Phase())
+}
+
+// phaseFS is the workspace as a call's modules see it: writes outside the
+// phase's writable paths fail with EROFS.
+type phaseFS struct {
+	experimentalsys.FS
+	s *Sandbox
+}
+
+func (f phaseFS) check(paths ...string) experimentalsys.Errno {
+	for _, p := range paths {
+		if !f.s.writable(p) {
+			return experimentalsys.EROFS
+		}
+	}
+	return 0
+}
+
+func (f phaseFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode) (experimentalsys.File, experimentalsys.Errno) {
+	if flag&(experimentalsys.O_WRONLY|experimentalsys.O_RDWR|experimentalsys.O_CREAT|experimentalsys.O_TRUNC|experimentalsys.O_APPEND) != 0 {
+		if e := f.check(p); e != 0 {
+			return nil, e
+		}
+	}
+	return f.FS.OpenFile(p, flag, perm)
+}
+
+func (f phaseFS) Mkdir(p string, perm fs.FileMode) experimentalsys.Errno {
+	if e := f.check(p); e != 0 {
+		return e
+	}
+	return f.FS.Mkdir(p, perm)
+}
+
+func (f phaseFS) Chmod(p string, perm fs.FileMode) experimentalsys.Errno {
+	if e := f.check(p); e != 0 {
+		return e
+	}
+	return f.FS.Chmod(p, perm)
+}
+
+func (f phaseFS) Rename(from, to string) experimentalsys.Errno {
+	if e := f.check(from, to); e != 0 {
+		return e
+	}
+	return f.FS.Rename(from, to)
+}
+
+func (f phaseFS) Rmdir(p string) experimentalsys.Errno {
+	if e := f.check(p); e != 0 {
+		return e
+	}
+	return f.FS.Rmdir(p)
+}
+
+func (f phaseFS) Unlink(p string) experimentalsys.Errno {
+	if e := f.check(p); e != 0 {
+		return e
+	}
+	return f.FS.Unlink(p)
+}
+
+func (f phaseFS) Link(oldPath, newPath string) experimentalsys.Errno {
+	if e := f.check(newPath); e != 0 {
+		return e
+	}
+	return f.FS.Link(oldPath, newPath)
+}
+
+func (f phaseFS) Utimens(p string, atim, mtim int64) experimentalsys.Errno {
+	if e := f.check(p); e != 0 {
+		return e
+	}
+	return f.FS.Utimens(p, atim, mtim)
+}

@@ -1,0 +1,47 @@
+//go:build linux
+
+package guest
+
+import (
+	"fmt"
+	"syscall"
+	"unsafe"
+)
+
+// Capabilities the agent keeps once the sandbox is set up: what running
+// commands as any user (setuid, setgid), signalling them (kill) and the
+// files API as the sandbox's root (DAC, owner, chown, setuid bits) need.
+// The rest goes from every thread, CAP_SYS_ADMIN first: the mounts the
+// host makes for a task's phase (read-only root, writable binds) could
+// otherwise be undone by an agent the sandbox took over.
+var agentCaps = []uint{
+	0, // CAP_CHOWN
+	1, // CAP_DAC_OVERRIDE
+	2, // CAP_DAC_READ_SEARCH
+	3, // CAP_FOWNER
+	4, // CAP_FSETID
+	5, // CAP_KILL
+	6, // CAP_SETGID
+	7, // CAP_SETUID
+}
+
+// dropAgentCaps limits every thread's effective and permitted sets to
+// agentCaps (one stop-the-world: capset is per thread).
+func dropAgentCaps() error {
+	var mask [2]uint32
+	for _, c := range agentCaps {
+		mask[c/32] |= 1 << (c % 32)
+	}
+	hdr := struct {
+		version uint32
+		pid     int32
+	}{version: 0x20080522} // _LINUX_CAPABILITY_VERSION_3
+	data := [2]struct{ effective, permitted, inheritable uint32 }{
+		{mask[0], mask[0], 0}, {mask[1], mask[1], 0},
+	}
+	_, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	if e != 0 {
+		return fmt.Errorf("dropping the agent's capabilities: %w", e)
+	}
+	return nil
+}
