@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+// DSec's sandbox monitor: exec and the exit of watched system calls, for
+// tasks in the cgroup2 groups the node watches (its sandboxes). Built
+// with `go generate` (bpf2go, clang); the objects are committed.
+//
+// Both programs are tp_btf (what loads on the development host: BPF-LSM,
+// fentry and kprobes do not). sys_exit, not sys_enter: a call seccomp
+// refuses never reaches sys_enter's tracepoint, but still exits, with its
+// errno, so attempts the filter blocked are seen too, with their verdict.
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+// Minimal kernel types: CO-RE relocates their fields against the
+// running kernel's BTF.
+struct pt_regs {
+	unsigned long di, si, dx, r10, orig_ax;
+} __attribute__((preserve_access_index));
+
+struct linux_binprm {
+	const char *filename;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+} __attribute__((preserve_access_index));
+
+#define KIND_EXEC 1
+#define KIND_SYSCALL 2
+#define PATH_LEN 160
+
+struct event {
+	__u64 cgroup;
+	__u64 args[3];
+	__s64 ret;
+	__u32 kind;
+	__u32 nr;
+	__u32 pid;
+	__u32 tgid;
+	__u32 uid;
+	__u32 _pad;
+	char comm[16];
+	char path[PATH_LEN]; // exec: the file; syscalls: the path or address argument
+};
+
+// Referenced so that the type is in the object's BTF (bpf2go -type).
+const struct event *unused_event __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u8);
+} watched SEC(".maps");
+
+// syscalls maps a syscall number to what to report: 0 nothing (not
+// watched), 1 the call and its arguments, 2 also a string at args[0], 3 a
+// string at args[1], 4 a socket address at args[1] (args[2] bytes, at
+// most 28: IPv4 and IPv6), 5 a string at args[1] if args[2] (open flags)
+// asks to write, create or truncate (openat: reads are too many to send).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 512);
+	__type(key, __u32);
+	__type(value, __u8);
+} syscalls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+// dropped counts events the ring buffer had no room for.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} dropped SEC(".maps");
+
+static __always_inline struct event *reserve(__u64 cg, __u32 kind) {
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		__u32 k = 0;
+		__u64 *n = bpf_map_lookup_elem(&dropped, &k);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		return 0;
+	}
+	__u64 pt = bpf_get_current_pid_tgid();
+	e->cgroup = cg;
+	e->kind = kind;
+	e->pid = (__u32)pt;
+	e->tgid = pt >> 32;
+	e->uid = (__u32)bpf_get_current_uid_gid();
+	e->nr = 0;
+	e->ret = 0;
+	e->args[0] = e->args[1] = e->args[2] = 0;
+	e->path[0] = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	return e;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *bprm) {
+	__u64 cg = bpf_get_current_cgroup_id();
+	if (!bpf_map_lookup_elem(&watched, &cg))
+		return 0;
+	struct event *e = reserve(cg, KIND_EXEC);
+	if (!e)
+		return 0;
+	const char *f = BPF_CORE_READ(bprm, filename);
+	bpf_probe_read_kernel_str(e->path, sizeof(e->path), f);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret) {
+	__u32 nr = (__u32)BPF_CORE_READ(regs, orig_ax);
+	__u8 *what = bpf_map_lookup_elem(&syscalls, &nr);
+	if (!what || !*what)
+		return 0;
+	__u64 cg = bpf_get_current_cgroup_id();
+	if (!bpf_map_lookup_elem(&watched, &cg))
+		return 0;
+	__u64 a0 = BPF_CORE_READ(regs, di), a1 = BPF_CORE_READ(regs, si), a2 = BPF_CORE_READ(regs, dx);
+	__u8 w = *what;
+	if (w == 5 && !(a2 & 01103)) // O_WRONLY|O_RDWR|O_CREAT|O_TRUNC
+		return 0;
+	struct event *e = reserve(cg, KIND_SYSCALL);
+	if (!e)
+		return 0;
+	e->nr = nr;
+	e->ret = ret;
+	e->args[0] = a0;
+	e->args[1] = a1;
+	e->args[2] = a2;
+	if (w == 2) {
+		bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)a0);
+	} else if (w == 3 || w == 5) {
+		bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)a1);
+	} else if (w == 4) {
+		__u32 n = a2 > 28 ? 28 : (__u32)a2;
+		bpf_probe_read_user(e->path, n & 31, (const void *)a1);
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}

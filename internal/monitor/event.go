@@ -1,0 +1,37 @@
+package monitor
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Event kinds.
+const (
+	KindExec    = "exec"    // a program was executed (Path)
+	KindSyscall = "syscall" // a watched system call returned (Syscall, Ret)
+)
+
+// Event is one thing a watched task did.
+type Event struct {
+	Time   time.Time
+	Cgroup uint64 // the task's cgroup2 id
+	Kind   string
+	// Syscall and Nr name the call; Ret is what it returned (a negative
+	// errno when it was refused); Args are its first three arguments.
+	Syscall string
+	Nr      int
+	Ret     int64
+	Args    [3]uint64
+	Pid     uint32 // the process (thread group) id, as the host sees it
+	Tid     uint32
+	UID     uint32 // the host uid
+	Comm    string
+	// Path is the program executed, or the call's path argument.
+	Path string
+	// Addr is connect's destination.
+	Addr netip.AddrPort
+}
+
+// Denied reports whether the call was refused (by seccomp, a permission
+// check, or a cgroup-bpf program).
+func (e Event) Denied() bool { return e.Kind == KindSyscall && e.Ret < 0 }

@@ -1,0 +1,3 @@
+package monitor
+
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target amd64 -tags linux -type event monitor bpf/monitor.c

@@ -1,0 +1,193 @@
+//go:build linux && amd64
+
+package monitor
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// Monitor is the loaded and attached programs. It is safe for concurrent
+// use.
+type Monitor struct {
+	log    *slog.Logger
+	objs   monitorObjects
+	links  []link.Link
+	rd     *ringbuf.Reader
+	events chan Event
+	done   chan struct{}
+	once   sync.Once
+}
+
+// Start loads and attaches the programs. Events go to the channel Events
+// returns, which must be drained; if the kernel's ring buffer fills, the
+// kernel drops events and counts them (Dropped).
+func Start(log *slog.Logger) (*Monitor, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
+	_ = rlimit.RemoveMemlock()
+	m := &Monitor{log: log, events: make(chan Event, 4096), done: make(chan struct{})}
+	if err := loadMonitorObjects(&m.objs, nil); err != nil {
+		return nil, notSupported("loading the monitor's programs", err)
+	}
+	for nr, s := range watchedSyscalls {
+		if err := m.objs.Syscalls.Put(nr, s.report); err != nil {
+			m.objs.Close()
+			return nil, fmt.Errorf("configuring the monitor: %w", err)
+		}
+	}
+	for _, p := range []*ebpf.Program{m.objs.OnExec, m.objs.OnSysExit} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			m.close()
+			return nil, notSupported("attaching the monitor", err)
+		}
+		m.links = append(m.links, l)
+	}
+	rd, err := ringbuf.NewReader(m.objs.Events)
+	if err != nil {
+		m.close()
+		return nil, fmt.Errorf("reading the monitor's events: %w", err)
+	}
+	m.rd = rd
+	go m.read()
+	return m, nil
+}
+
+func notSupported(what string, err error) error {
+	return fmt.Errorf("%s: %w (%w)", what, err, errdefs.ErrNotSupported)
+}
+
+// Watch starts reporting the tasks of the cgroup2 group id.
+func (m *Monitor) Watch(cgroupID uint64) error {
+	return m.objs.Watched.Put(cgroupID, uint8(1))
+}
+
+// Unwatch stops reporting the group id (gone groups are no error).
+func (m *Monitor) Unwatch(cgroupID uint64) error {
+	err := m.objs.Watched.Delete(cgroupID)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Events returns the events, in the order each CPU produced them; it is
+// closed by Close.
+func (m *Monitor) Events() <-chan Event { return m.events }
+
+// Dropped returns how many events the kernel dropped for want of room.
+func (m *Monitor) Dropped() uint64 {
+	var n uint64
+	_ = m.objs.Dropped.Lookup(uint32(0), &n)
+	return n
+}
+
+// Close detaches the programs and closes Events.
+func (m *Monitor) Close() error {
+	m.once.Do(func() {
+		if m.rd != nil {
+			m.rd.Close()
+			<-m.done
+		}
+		m.close()
+	})
+	return nil
+}
+
+func (m *Monitor) close() {
+	for _, l := range m.links {
+		l.Close()
+	}
+	m.objs.Close()
+}
+
+func (m *Monitor) read() {
+	defer close(m.done)
+	defer close(m.events)
+	for {
+		rec, err := m.rd.Read()
+		if err != nil {
+			if !errors.Is(err, ringbuf.ErrClosed) {
+				m.log.Warn("reading monitor events", "err", err)
+			}
+			return
+		}
+		var raw monitorEvent
+		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &raw); err != nil {
+			m.log.Warn("decoding a monitor event", "err", err)
+			continue
+		}
+		m.events <- decode(&raw, time.Now())
+	}
+}
+
+// decode turns the kernel's record into an Event.
+func decode(raw *monitorEvent, at time.Time) Event {
+	e := Event{
+		Time: at, Cgroup: raw.Cgroup, Pid: raw.Tgid, Tid: raw.Pid, UID: raw.Uid,
+		Comm: cstring(raw.Comm[:]), Ret: raw.Ret, Args: raw.Args,
+	}
+	path := make([]byte, len(raw.Path))
+	for i, c := range raw.Path {
+		path[i] = byte(c)
+	}
+	switch raw.Kind {
+	case 1:
+		e.Kind, e.Path = KindExec, cstring(path)
+	default:
+		e.Kind, e.Nr = KindSyscall, int(raw.Nr)
+		s := watchedSyscalls[raw.Nr]
+		e.Syscall = s.name
+		switch s.report {
+		case reportPath0, reportPath1, reportOpenW:
+			e.Path = cstring(path)
+		case reportSockaddr:
+			e.Addr = sockaddr(path)
+		}
+	}
+	return e
+}
+
+func cstring[T byte | int8](b []T) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
+}
+
+// sockaddr reads an AF_INET or AF_INET6 address (network byte order).
+func sockaddr(b []byte) netip.AddrPort {
+	if len(b) < 8 {
+		return netip.AddrPort{}
+	}
+	port := binary.BigEndian.Uint16(b[2:4])
+	switch binary.NativeEndian.Uint16(b[0:2]) {
+	case 2: // AF_INET
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), port)
+	case 10: // AF_INET6
+		if len(b) >= 24 {
+			return netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])), port)
+		}
+	}
+	return netip.AddrPort{}
+}

@@ -1,0 +1,137 @@
+//go:build linux && amd64
+
+package monitor
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/sys"
+)
+
+// cgroup2 makes a cgroup2 group for the test (removed at its end) and
+// returns its directory and id.
+func cgroup2(t *testing.T, name string) (string, uint64) {
+	t.Helper()
+	root := "/sys/fs/cgroup/unified"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+		root = "/sys/fs/cgroup"
+	}
+	dir := filepath.Join(root, fmt.Sprintf("dsec-montest-%d-%s", os.Getpid(), name))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := 0; i < 100 && os.Remove(dir) != nil; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("cgroup %s left", dir)
+		}
+	})
+	id, err := sys.CgroupID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, id
+}
+
+// runIn runs script with /bin/sh in the cgroup dir (held on stdin until it
+// has been moved there) and waits for it.
+func runIn(t *testing.T, dir, script string) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "read x; "+script)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte("go\n"))
+	in.Close()
+	_ = cmd.Wait()
+}
+
+// collect gathers events until quiet for 300 ms.
+func collect(m *Monitor) []Event {
+	var out []Event
+	for {
+		select {
+		case e := <-m.Events():
+			out = append(out, e)
+		case <-time.After(300 * time.Millisecond):
+			return out
+		}
+	}
+}
+
+// TestMonitor: a watched group's exec, connect, write and refused calls
+// are reported with their results; the same in an unwatched group are not.
+func TestMonitor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF programs needs root")
+	}
+	m, err := Start(nil)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer m.Close()
+	watched, wid := cgroup2(t, "watched")
+	other, _ := cgroup2(t, "other")
+	if err := m.Watch(wid); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "written")
+	// Refused as an unprivileged user: setuid to root and a bind mount.
+	script := fmt.Sprintf(`/bin/true; : > %s; exec setpriv --reuid 65534 --regid 65534 --clear-groups /bin/sh -c 'mount --bind /tmp /mnt 2>/dev/null; exec /usr/bin/python3 -c "import socket; socket.socket().connect_ex((\"127.0.0.1\", 9))"'`, file)
+	runIn(t, other, script) // the control: the same, unwatched
+	runIn(t, watched, script)
+	evs := collect(m)
+	if len(evs) == 0 {
+		t.Fatal("no events from the watched group")
+	}
+	var seen []string
+	found := map[string]bool{}
+	for _, e := range evs {
+		if e.Cgroup != wid {
+			t.Errorf("an event of another group: %+v", e)
+		}
+		switch {
+		case e.Kind == KindExec && e.Path == "/bin/true":
+			found["exec"] = true
+		case e.Syscall == "openat" && e.Path == file && e.Ret >= 0:
+			found["write"] = true
+		case e.Syscall == "mount" && e.Path == "/mnt" && e.Denied():
+			found["mount denied"] = true
+		case e.Syscall == "connect" && e.Addr.String() == "127.0.0.1:9" && e.Ret < 0:
+			found["connect"] = true
+		}
+		seen = append(seen, fmt.Sprintf("%s %s %q %v ret=%d", e.Kind, e.Syscall, e.Path, e.Addr, e.Ret))
+	}
+	for _, want := range []string{"exec", "write", "mount denied", "connect"} {
+		if !found[want] {
+			t.Errorf("no %s event; saw:\n%s", want, strings.Join(seen, "\n"))
+		}
+	}
+	// Unwatched again, the group is not reported.
+	if err := m.Unwatch(wid); err != nil {
+		t.Fatal(err)
+	}
+	runIn(t, watched, "/bin/true")
+	if evs := collect(m); len(evs) != 0 {
+		t.Errorf("%d events after Unwatch", len(evs))
+	}
+	if n := m.Dropped(); n != 0 {
+		t.Errorf("%d events dropped", n)
+	}
+}
