@@ -28,7 +28,7 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	types := []any{CreateSandboxRequest{}, Sandbox{}, SandboxList{}, SandboxStats{}, NetworkPolicy{}, NetworkRule{}, Phase{}, SetPhaseRequest{}, SetTimeoutRequest{}, ExecRequest{},
+	types := []any{CreateSandboxRequest{}, Sandbox{}, SandboxList{}, SandboxStats{}, NetworkPolicy{}, NetworkRule{}, Phase{}, SetPhaseRequest{}, AuditEvent{}, AuditEventList{}, PhaseChange{}, RuleCount{}, IntegrityReport{}, SetTimeoutRequest{}, ExecRequest{},
 		ExecResult{}, ExecEvent{}, Process{}, ProcessList{}, StdinRequest{}, SignalRequest{}, FileInfo{},
 		FileList{}, ExistsResponse{}, MkdirRequest{}, RenameRequest{}, Error{}, Health{}, VersionInfo{},
 		TierInfo{}, Node{}, NodeList{}, Image{}, ImageList{}, AddDirImageRequest{}, ImageLayer{}, Layer{}, LayerList{},

@@ -87,6 +87,79 @@ type Phase struct {
 	MemoryMB int     `json:"memory_mb,omitempty"`
 }
 
+// AuditEvent is one thing a process in a sandbox did that the node's
+// monitor saw (an exec, or a watched system call and its result), and the
+// rule it hit, if any.
+type AuditEvent struct {
+	Sandbox string    `json:"sandbox"`
+	Phase   string    `json:"phase,omitempty"`
+	Time    time.Time `json:"time"`
+	// Pid is the process's host pid; UID its host uid; Comm its name.
+	Pid  uint32 `json:"pid"`
+	UID  uint32 `json:"uid"`
+	Comm string `json:"comm"`
+	// Kind is "exec" or "syscall".
+	Kind    string `json:"kind"`
+	Syscall string `json:"syscall,omitempty"`
+	// Path is the program executed or the call's path argument; Addr a
+	// connect's destination.
+	Path string `json:"path,omitempty"`
+	Addr string `json:"addr,omitempty"`
+	// Result is what the call returned (a negative errno when refused).
+	Result int64 `json:"result"`
+	// Verdict is "allowed", "denied" (EPERM or EACCES: a security check
+	// refused it) or "failed" (any other error).
+	Verdict string `json:"verdict"`
+	// Severity is "info" without a rule, else the rule's: "low",
+	// "medium", "high" or "critical".
+	Severity    string `json:"severity"`
+	Rule        string `json:"rule,omitempty"`
+	Description string `json:"description,omitempty"`
+}
+
+// AuditEventList is GET /v1/sandboxes/{id}/events.
+type AuditEventList struct {
+	Events []AuditEvent `json:"events"`
+}
+
+// PhaseChange is a sandbox entering a phase.
+type PhaseChange struct {
+	Phase string    `json:"phase"`
+	At    time.Time `json:"at"`
+}
+
+// RuleCount is how often a sandbox hit an audit rule.
+type RuleCount struct {
+	Rule     string    `json:"rule"`
+	Severity string    `json:"severity"`
+	Count    int       `json:"count"`
+	First    time.Time `json:"first"`
+}
+
+// IntegrityReport is GET /v1/sandboxes/{id}/integrity: what a trainer
+// needs to decide whether to trust (or zero) a rollout's reward.
+type IntegrityReport struct {
+	Sandbox string `json:"sandbox"`
+	// Phases are the phases the sandbox went through, in order.
+	Phases []PhaseChange `json:"phases"`
+	// Events counts the monitor's events; Denied those refused by a
+	// security check (blocked actions).
+	Events int `json:"events"`
+	Denied int `json:"denied"`
+	// Rules are the audit rules hit, and BySeverity their hits by
+	// severity (low, medium, high, critical).
+	Rules      []RuleCount    `json:"rules"`
+	BySeverity map[string]int `json:"by_severity"`
+	// SealedGrading says whether a sealed grading ran (not yet available:
+	// always false).
+	SealedGrading bool `json:"sealed_grading"`
+	// Suspicious: a rule of high or critical severity was hit.
+	Suspicious bool `json:"suspicious"`
+	// Monitored: the node's monitor watched the sandbox (false where it
+	// could not run: then nothing above comes from it).
+	Monitored bool `json:"monitored"`
+}
+
 // SetPhaseRequest moves a sandbox to another of its phases.
 type SetPhaseRequest struct {
 	Phase string `json:"phase"`
@@ -376,6 +449,10 @@ type Node struct {
 	Usage    Usage      `json:"usage"`
 	Ready    bool       `json:"ready"`
 	LastSeen time.Time  `json:"last_seen"`
+	// Monitor is the node's eBPF monitor of sandboxes: "on", "off", or
+	// "unavailable: <why>" (sandboxes then run unmonitored, under the
+	// same host-side rules).
+	Monitor string `json:"monitor,omitempty"`
 }
 
 // NodeList is the body of GET /v1/nodes.

@@ -59,6 +59,44 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, p, nil, nil, 0)
 }
 
+// Integrity returns the sandbox's integrity report: its phases, the audit
+// rules it hit and the actions refused.
+func (c *Client) Integrity(ctx context.Context, id string) (*api.IntegrityReport, error) {
+	p, err := sandboxPath(id, "/integrity")
+	if err != nil {
+		return nil, err
+	}
+	var r api.IntegrityReport
+	if err := c.call(ctx, http.MethodGet, p, nil, &r, 0); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// AuditEvents returns what the node's monitor saw in the sandbox, oldest
+// first: up to limit events (0: the server's default) after skip.
+func (c *Client) AuditEvents(ctx context.Context, id string, skip, limit int) ([]api.AuditEvent, error) {
+	p, err := sandboxPath(id, "/events")
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	if skip > 0 {
+		q.Set("skip", strconv.Itoa(skip))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	var l api.AuditEventList
+	if err := c.call(ctx, http.MethodGet, p, nil, &l, 0); err != nil {
+		return nil, err
+	}
+	return l.Events, nil
+}
+
 // SetPhase moves the sandbox to another of its phases (back: allow an
 // earlier one). Every process of the current phase ends first.
 func (c *Client) SetPhase(ctx context.Context, id, phase string, back bool) (*api.Sandbox, error) {

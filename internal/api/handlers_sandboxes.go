@@ -80,6 +80,45 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, owner str
 	w.WriteHeader(http.StatusNoContent)
 }
 
+func (s *Server) integrity(w http.ResponseWriter, r *http.Request, owner string) {
+	rep, err := s.mgr.Integrity(r.Context(), owner, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, owner string) {
+	q := r.URL.Query()
+	num := func(name string) (int, error) {
+		v := q.Get(name)
+		if v == "" {
+			return 0, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, errdefs.New(errdefs.Invalid, "bad_request", "%s must be a whole number", name)
+		}
+		return n, nil
+	}
+	skip, err := num("skip")
+	limit, err2 := num("limit")
+	if err == nil {
+		err = err2
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	evs, err := s.mgr.AuditEvents(r.Context(), owner, r.PathValue("id"), skip, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.AuditEventList{Events: evs})
+}
+
 func (s *Server) setPhase(w http.ResponseWriter, r *http.Request, owner string) {
 	var req wire.SetPhaseRequest
 	if err := s.decode(w, r, &req); err != nil {

@@ -100,6 +100,8 @@ func (s *Server) routes() {
 	priv("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
 	priv("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
 	priv("POST /v1/sandboxes/{id}/phase", s.setPhase)
+	priv("GET /v1/sandboxes/{id}/events", s.auditEvents)
+	priv("GET /v1/sandboxes/{id}/integrity", s.integrity)
 	priv("GET /v1/sandboxes/{id}/stats", s.sandboxStats)
 	priv("POST /v1/sandboxes/{id}/exec", s.exec)
 	priv("POST /v1/sandboxes/{id}/exec/stream", s.execStream)

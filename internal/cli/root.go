@@ -85,6 +85,7 @@ func newRoot(e env, version string, extra ...*cobra.Command) *cobra.Command {
 	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "time limit of one API request (commands get their own run time on top)")
 	root.AddCommand(
 		a.sandboxCmd(),
+		a.auditCmd(),
 		a.execCmd(),
 		a.runCmd(),
 		a.filesCmd(),

@@ -35,6 +35,17 @@ type Config struct {
 	Container Container `toml:"container"`
 	Images    Images    `toml:"images"`
 	Limits    Limits    `toml:"limits"`
+	Audit     Audit     `toml:"audit"`
+}
+
+// Audit configures the node's eBPF monitor of sandboxes.
+type Audit struct {
+	// Disabled runs without the monitor (it also runs without one where
+	// its programs cannot load).
+	Disabled bool `toml:"disabled"`
+	// Rules is a JSON file of rules added to the defaults (a rule named
+	// like a default one replaces it).
+	Rules string `toml:"rules"`
 }
 
 // Images configures where layers live and the built-in images.

@@ -72,6 +72,9 @@ type Options struct {
 	// above the node's own hard limit (raising that needs
 	// CAP_SYS_RESOURCE, which root lacks on some hosts, this one included).
 	Nofile uint64
+	// Monitor, if set, watches every sandbox from its create (or
+	// adoption) to its destroy.
+	Monitor watcher
 	// Warm is how many sandboxes the warm pool keeps started for each of
 	// the last images asked for, without network access (warm.go); 0:
 	// no pool.

@@ -60,6 +60,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		}
 	}
 	err := r.startPhase(ctx, sb)
+	if err == nil {
+		r.watch(sb)
+	}
 	r.mu.Lock()
 	if err == nil {
 		err = r.checkNewLocked(spec.ID)
@@ -93,6 +96,18 @@ func (r *Runtime) startPhase(ctx context.Context, sb *Sandbox) error {
 	}
 	sb.state = &st
 	return nil
+}
+
+// watch has the node's monitor watch sb (from before any command of its
+// runs). A sandbox the monitor cannot watch still runs: the monitor
+// observes, the host-side rules enforce.
+func (r *Runtime) watch(sb *Sandbox) {
+	if r.opt.Monitor == nil || sb.cg.ID() == 0 {
+		return
+	}
+	if err := r.opt.Monitor.Watch(sb.id, sb.cg.ID(), sb.Phase); err != nil {
+		r.log.Warn("the monitor cannot watch a sandbox", "sandbox", sb.id, "err", err)
+	}
 }
 
 // checkNew fails if the runtime is closed or has a sandbox id.

@@ -34,6 +34,13 @@ type networks interface {
 	Recover(ctx context.Context, live []string) error
 }
 
+// watcher is the node's eBPF monitor (audit.Recorder): it attributes the
+// tasks of a cgroup2 group to a sandbox.
+type watcher interface {
+	Watch(id string, cgroupID uint64, phase func() string) error
+	Unwatch(cgroupID uint64)
+}
+
 // cgroupManager makes and finds sandboxes' control groups.
 type cgroupManager interface {
 	Create(ctx context.Context, id string, l cgroups.Limits) (*cgroups.Group, error)

@@ -210,6 +210,7 @@ type runtimeOptions struct {
 	pool      int
 	reuse     bool // network.Options.Reuse
 	warm      int  // Options.Warm
+	monitor   watcher
 	// netRange, if set, replaces the /24 of names (the density benchmark
 	// needs thousands of addresses); it must not overlap 10.224.0.0/12.
 	netRange netip.Prefix
@@ -252,7 +253,7 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 	opt := Options{
 		StateDir: dir, DataDir: tempTop(dir), Reach: []string{filepath.Join(dir, "layers")},
 		Layers: layers, Network: nets, Cgroups: cg, Logger: log, Version: "test",
-		Warm: ro.warm,
+		Warm: ro.warm, Monitor: ro.monitor,
 	}
 	if !ro.noSeccomp {
 		opt.Seccomp = func(caps []string) ([]byte, error) { return seccomp.Program(seccomp.Options{Caps: caps}) }

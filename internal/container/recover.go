@@ -81,6 +81,11 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 		}
 	}
 	r.mu.Unlock()
+	for _, sb := range adopted {
+		if sb != nil {
+			r.watch(sb)
+		}
+	}
 	// What no adopted sandbox owns goes: networks (namespaces, veths,
 	// nftables elements) and cgroups, killing any process left in them.
 	live := make([]string, len(out))

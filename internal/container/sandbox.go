@@ -240,6 +240,9 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	if err := s.rt.opt.Network.Release(ctx, s.id); err != nil {
 		errs = append(errs, err)
 	}
+	if m := s.rt.opt.Monitor; m != nil && s.cg.ID() != 0 {
+		m.Unwatch(s.cg.ID())
+	}
 	if err := s.rt.opt.Cgroups.Recycle(ctx, s.cg); err != nil {
 		errs = append(errs, err)
 	}

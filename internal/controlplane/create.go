@@ -188,6 +188,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 	}
 	if len(rec.Phases) > 0 {
 		rec.Phase = rec.Phases[0].Name
+		rec.PhaseHistory = []api.PhaseChange{{Phase: rec.Phase, At: now}}
 	}
 	// The record goes first: if this process dies before the node has the
 	// sandbox, reconciliation finds the pending record and cleans up.

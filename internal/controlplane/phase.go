@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -112,7 +113,79 @@ func (m *Manager) SetPhase(ctx context.Context, owner, id string, req api.SetPha
 	}
 	out, err := m.mutate(ctx, id, func(r *store.SandboxRecord) (bool, error) {
 		r.Phase = req.Phase
+		r.PhaseHistory = append(r.PhaseHistory, api.PhaseChange{Phase: req.Phase, At: time.Now().UTC()})
 		return true, nil
 	})
 	return out.Sandbox, err
+}
+
+// maxAuditEvents bounds one page of GET /v1/sandboxes/{id}/events.
+const maxAuditEvents = 10000
+
+// AuditEvents returns what the monitor saw in a sandbox of owner (running
+// or ended), oldest first: up to limit events after the first skip.
+func (m *Manager) AuditEvents(ctx context.Context, owner, id string, skip, limit int) ([]api.AuditEvent, error) {
+	if _, err := m.owned(owner, id); err != nil {
+		return nil, err
+	}
+	if skip < 0 || limit < 0 || limit > maxAuditEvents {
+		return nil, errdefs.New(errdefs.Invalid, "out_of_range", "skip must be ≥ 0 and limit between 0 and %d", maxAuditEvents)
+	}
+	if limit == 0 {
+		limit = 1000
+	}
+	return m.st.AuditEvents(ctx, id, skip, limit)
+}
+
+// Integrity reports what happened in a sandbox of owner, from its record
+// and the monitor's events.
+func (m *Manager) Integrity(ctx context.Context, owner, id string) (api.IntegrityReport, error) {
+	rec, err := m.owned(owner, id)
+	if err != nil {
+		return api.IntegrityReport{}, err
+	}
+	r := api.IntegrityReport{Sandbox: id, Phases: rec.PhaseHistory, Rules: []api.RuleCount{}, BySeverity: map[string]int{}}
+	if r.Phases == nil {
+		r.Phases = []api.PhaseChange{}
+	}
+	for _, n := range m.view.list() {
+		if n.ID == rec.Node {
+			r.Monitored = n.Monitor == "on"
+		}
+	}
+	byRule := map[string]*api.RuleCount{}
+	for skip := 0; ; {
+		evs, err := m.st.AuditEvents(ctx, id, skip, maxAuditEvents)
+		if err != nil {
+			return api.IntegrityReport{}, err
+		}
+		for _, e := range evs {
+			r.Events++
+			if e.Verdict == "denied" {
+				r.Denied++
+			}
+			if e.Rule == "" {
+				continue
+			}
+			r.BySeverity[e.Severity]++
+			c := byRule[e.Rule]
+			if c == nil {
+				c = &api.RuleCount{Rule: e.Rule, Severity: e.Severity, First: e.Time}
+				byRule[e.Rule] = c
+			}
+			c.Count++
+			if e.Severity == "high" || e.Severity == "critical" {
+				r.Suspicious = true
+			}
+		}
+		if len(evs) < maxAuditEvents {
+			break
+		}
+		skip += len(evs)
+	}
+	for _, c := range byRule {
+		r.Rules = append(r.Rules, *c)
+	}
+	slices.SortFunc(r.Rules, func(a, b api.RuleCount) int { return a.First.Compare(b.First) })
+	return r, nil
 }

@@ -88,6 +88,9 @@ type Info struct {
 	TokenCreated bool
 	NATSURL      string
 	NodeID       string
+	// Monitor is the eBPF monitor's state: "on", "off" or "unavailable:
+	// <why>" ("" without the container tier).
+	Monitor string
 }
 
 type daemon struct {
@@ -256,6 +259,7 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 	agent, err := node.New(node.Options{
 		ID: d.cfg.Node.ID, Registry: reg, Logger: d.log, Version: d.build.Version, MaxSandboxes: d.cfg.Node.MaxSandboxes,
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "state"), Layers: layers,
+		Monitor: d.info.Monitor,
 	})
 	if err != nil {
 		return err

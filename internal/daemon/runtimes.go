@@ -5,13 +5,18 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dsec-dev/dsec/internal/audit"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/function"
 	"github.com/dsec-dev/dsec/internal/layercache"
+	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/seccomp"
@@ -85,6 +90,11 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 	if err != nil {
 		return nil, nil, err
 	}
+	rec, closeMonitor, err := d.startMonitor()
+	if err != nil {
+		return nil, nil, err
+	}
+	cu.Add(closeMonitor)
 	closeNets := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -96,9 +106,10 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 		if err := cg.Close(ctx); err != nil {
 			d.log.Warn("closing the cgroup manager", "err", err)
 		}
+		closeMonitor()
 	}
 	cu.Add(closeNets)
-	ct, err := container.New(ctx, container.Options{
+	copt := container.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "container"),
 		DataDir:  d.cfg.DataDir, Reach: []string{filepath.Join(d.cfg.DataDir, "layers")},
 		Layers: layers, Network: nets, Cgroups: cg,
@@ -107,12 +118,53 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 		HostUID: d.idBase(), HostGID: d.idBase(), IDCount: idCount,
 		Version: d.build.Version,
 		Warm:    warmPool(c.WarmPool),
-	})
+	}
+	if rec != nil {
+		copt.Monitor = rec
+	}
+	ct, err := container.New(ctx, copt)
 	if err != nil {
 		return nil, nil, err
 	}
 	cu.Release()
 	return ct, closeNets, nil
+}
+
+// startMonitor starts the eBPF monitor of sandboxes and the recorder of
+// its audit events (nil if disabled or if its programs cannot load here:
+// sandboxes then run unmonitored, under the same host-side rules). The
+// function returned stops both.
+func (d *daemon) startMonitor() (*audit.Recorder, func(), error) {
+	none := func() {}
+	a := d.cfg.Audit
+	if a.Disabled {
+		d.info.Monitor = "off"
+		return nil, none, nil
+	}
+	rules, err := audit.LoadRules(a.Rules)
+	if err != nil {
+		return nil, nil, fmt.Errorf("[audit] rules: %w", err)
+	}
+	mon, err := monitor.Start(d.log.With("part", "monitor"))
+	if err != nil {
+		d.log.Warn("the eBPF monitor cannot run here: sandboxes run unmonitored (their host-side rules are unchanged)", "err", err)
+		d.info.Monitor = "unavailable: " + err.Error()
+		return nil, none, nil
+	}
+	js, err := jetstream.New(d.nc)
+	if err != nil {
+		mon.Close()
+		return nil, nil, err
+	}
+	rec := audit.NewRecorder(mon, rules, audit.JetStreamSink{JS: js}, d.log.With("part", "audit"))
+	d.info.Monitor = "on"
+	var once sync.Once
+	return rec, func() {
+		once.Do(func() {
+			mon.Close()
+			rec.Wait()
+		})
+	}, nil
 }
 
 // warmPool is the warm pool's size for the warm_pool setting.

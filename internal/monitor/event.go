@@ -32,6 +32,11 @@ type Event struct {
 	Addr netip.AddrPort
 }
 
-// Denied reports whether the call was refused (by seccomp, a permission
-// check, or a cgroup-bpf program).
-func (e Event) Denied() bool { return e.Kind == KindSyscall && e.Ret < 0 }
+// Denied reports whether the call was refused by a security check:
+// EPERM (seccomp, capabilities, cgroup-bpf) or EACCES (permissions). Other
+// errors (a missing file, a refused connection) are failures, not
+// denials.
+func (e Event) Denied() bool { return e.Kind == KindSyscall && (e.Ret == -1 || e.Ret == -13) }
+
+// Failed reports whether the call returned any other error.
+func (e Event) Failed() bool { return e.Kind == KindSyscall && e.Ret < 0 && !e.Denied() }

@@ -113,7 +113,7 @@ func TestMonitor(t *testing.T) {
 			found["write"] = true
 		case e.Syscall == "mount" && e.Path == "/mnt" && e.Denied():
 			found["mount denied"] = true
-		case e.Syscall == "connect" && e.Addr.String() == "127.0.0.1:9" && e.Ret < 0:
+		case e.Syscall == "connect" && e.Addr.String() == "127.0.0.1:9" && e.Failed():
 			found["connect"] = true
 		}
 		seen = append(seen, fmt.Sprintf("%s %s %q %v ret=%d", e.Kind, e.Syscall, e.Path, e.Addr, e.Ret))

@@ -38,6 +38,8 @@ type Options struct {
 	Heartbeat time.Duration
 	// MaxConcurrent caps requests handled at once. Default 4096.
 	MaxConcurrent int
+	// Monitor is the state of the node's eBPF monitor, for its status.
+	Monitor string
 }
 
 // heartbeatSink is where heartbeats go (the store's node bucket).

@@ -24,6 +24,7 @@ func (a *Agent) Info(ctx context.Context) api.Node {
 			MaxSandboxes: a.opt.MaxSandboxes,
 		},
 		LastSeen: time.Now().UTC(),
+		Monitor:  a.opt.Monitor,
 	}
 	for _, rt := range a.opt.Registry.All() {
 		n.Tiers = append(n.Tiers, rt.Fingerprint(ctx))

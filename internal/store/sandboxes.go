@@ -28,6 +28,8 @@ type SandboxRecord struct {
 	Layers []string `json:"layers,omitempty"`
 	// StateSince is when the sandbox entered its state.
 	StateSince time.Time `json:"state_since"`
+	// PhaseHistory lists the phases the sandbox entered, in order.
+	PhaseHistory []api.PhaseChange `json:"phase_history,omitempty"`
 }
 
 // GetSandbox returns the record and its revision; NotFound if absent.

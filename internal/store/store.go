@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -24,6 +25,10 @@ const (
 	BucketImages    = "dsec_images"
 	BucketLayers    = "dsec_layers"
 	StreamEvents    = "DSEC_EVENTS"
+	// StreamAudit holds audit events (audit.Stream), under
+	// AuditSubjectPrefix<sandbox>.
+	StreamAudit        = "audit"
+	AuditSubjectPrefix = "dsec.audit."
 	// EventSubjectPrefix prefixes lifecycle event subjects:
 	// dsec.events.sandbox.<id>.<state>.
 	EventSubjectPrefix = "dsec.events."
@@ -97,7 +102,72 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s: %w", StreamEvents, err)
 	}
+	// What the nodes' monitors saw in sandboxes (internal/audit): one
+	// subject per sandbox, kept as long as lifecycle events.
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamAudit,
+		Description: "audit events of sandboxes",
+		Subjects:    []string{AuditSubjectPrefix + ">"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    opt.Replicas,
+		MaxAge:      opt.EventMaxAge,
+		MaxMsgs:     50_000_000,
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening stream %s: %w", StreamAudit, err)
+	}
 	return s, nil
+}
+
+// AuditEvents returns up to limit of sandbox id's audit events, oldest
+// first, starting after the first skip.
+func (s *Store) AuditEvents(ctx context.Context, id string, skip, limit int) ([]api.AuditEvent, error) {
+	subject := AuditSubjectPrefix + id
+	stream, err := s.js.Stream(ctx, StreamAudit)
+	if err != nil {
+		return nil, fmt.Errorf("opening stream %s: %w", StreamAudit, err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %s: %w", StreamAudit, err)
+	}
+	n := int(info.State.Subjects[subject]) - skip
+	if n <= 0 {
+		return []api.AuditEvent{}, nil
+	}
+	n = min(n, limit)
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %s: %w", StreamAudit, err)
+	}
+	out := make([]api.AuditEvent, 0, n)
+	seen := 0
+	for seen < skip+n {
+		batch, err := cons.Fetch(min(skip+n-seen, 1000), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("reading stream %s: %w", StreamAudit, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			seen++
+			if seen <= skip {
+				continue
+			}
+			var e api.AuditEvent
+			if err := json.Unmarshal(m.Data(), &e); err == nil {
+				out = append(out, e)
+			}
+		}
+		if err := batch.Error(); err != nil && got == 0 {
+			return nil, fmt.Errorf("reading stream %s: %w", StreamAudit, err)
+		}
+		if got == 0 {
+			break
+		}
+	}
+	return out, nil
 }
 
 // JetStream returns the JetStream context, for tests and tools.

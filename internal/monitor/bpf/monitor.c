@@ -132,6 +132,10 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret) {
 	__u8 w = *what;
 	if (w == 5 && !(a2 & 01103)) // O_WRONLY|O_RDWR|O_CREAT|O_TRUNC
 		return 0;
+	// A successful execve is the exec event (its path argument is gone
+	// with the old memory by now).
+	if ((nr == 59 || nr == 322) && ret == 0)
+		return 0;
 	struct event *e = reserve(cg, KIND_SYSCALL);
 	if (!e)
 		return 0;

@@ -12,7 +12,7 @@ images from them.
 """
 
 from ._http import AsyncClient, Client
-from ._models import CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo, SandboxStats
+from ._models import AuditEvent, CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo, SandboxStats
 from ._version import __version__
 from .commands import AsyncCommandHandle, AsyncCommands, CommandHandle, Commands
 from .errors import (
@@ -43,6 +43,7 @@ __all__ = [
     "AsyncClient",
     "SandboxInfo",
     "SandboxStats",
+    "AuditEvent",
     "CommandResult",
     "ProcessInfo",
     "EntryInfo",

@@ -95,6 +95,51 @@ class SandboxInfo:
 
 
 @dataclass
+class AuditEvent:
+    """One thing a process in a sandbox did that the node's eBPF monitor saw
+    (the ``AuditEvent`` schema): an exec (``kind`` "exec", ``path`` the
+    program) or a watched system call (``kind`` "syscall") with its
+    ``result`` and ``verdict`` ("allowed", "denied" or "failed"), and the
+    ``rule`` it hit with its ``severity`` ("info" when none)."""
+
+    sandbox: str
+    time: datetime | None
+    kind: str
+    verdict: str
+    severity: str
+    pid: int = 0
+    uid: int = 0
+    comm: str = ""
+    phase: str = ""
+    syscall: str = ""
+    path: str = ""
+    addr: str = ""
+    result: int = 0
+    rule: str = ""
+    description: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AuditEvent:
+        return cls(
+            sandbox=str(d.get("sandbox") or ""),
+            time=parse_time(d.get("time")),
+            kind=str(d.get("kind") or ""),
+            verdict=str(d.get("verdict") or ""),
+            severity=str(d.get("severity") or ""),
+            pid=int(d.get("pid") or 0),
+            uid=int(d.get("uid") or 0),
+            comm=str(d.get("comm") or ""),
+            phase=str(d.get("phase") or ""),
+            syscall=str(d.get("syscall") or ""),
+            path=str(d.get("path") or ""),
+            addr=str(d.get("addr") or ""),
+            result=int(d.get("result") or 0),
+            rule=str(d.get("rule") or ""),
+            description=str(d.get("description") or ""),
+        )
+
+
+@dataclass
 class SandboxStats:
     """A running sandbox's resource use (the ``SandboxStats`` schema), as its
     node measures it from outside the sandbox, and the limits it hit.

@@ -17,7 +17,7 @@ import httpx
 
 from ._calls import Body, BodyData, Call
 from ._config import SERVER_COMMAND_TIMEOUT
-from ._models import CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo, SandboxStats
+from ._models import AuditEvent, CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo, SandboxStats
 from .errors import (
     CommandExitError,
     ConflictError,
@@ -333,6 +333,21 @@ def kill_sandbox(sandbox_id: str, timeout: float) -> Op[bool]:
     except NotFoundError:
         return False
     return True
+
+
+def audit_events(sandbox_id: str, skip: int, limit: int | None, timeout: float) -> Op[list[AuditEvent]]:
+    params: list[tuple[str, str]] = []
+    if skip:
+        params.append(("skip", str(int(skip))))
+    if limit:
+        params.append(("limit", str(int(limit))))
+    resp = yield Call("GET", sandbox_path(sandbox_id, "events"), timeout, params=params)
+    return [AuditEvent.from_json(e) for e in json_body(resp).get("events") or []]
+
+
+def integrity(sandbox_id: str, timeout: float) -> Op[dict[str, Any]]:
+    resp = yield Call("GET", sandbox_path(sandbox_id, "integrity"), timeout)
+    return dict(json_body(resp))
 
 
 def sandbox_stats(sandbox_id: str, timeout: float) -> Op[SandboxStats]:

@@ -7,7 +7,7 @@ from typing import Any, Iterable, List, Mapping
 
 from . import _ops
 from ._http import Client
-from ._models import SandboxInfo, SandboxStats
+from ._models import AuditEvent, SandboxInfo, SandboxStats
 from ._ops import LayersSpec, NetworkSpec
 from .commands import Commands
 from .errors import InvalidArgumentError
@@ -205,6 +205,20 @@ class Sandbox:
         is gone (SandboxNotRunningError once it has ended).
         """
         return self._client.run(_ops.sandbox_stats(self.sandbox_id, self._rt))
+
+    def events(self, skip: int = 0, limit: int | None = None) -> List[AuditEvent]:
+        """What the node's eBPF monitor saw in the sandbox, oldest first: execs
+        and watched system calls with their verdicts and the rules they hit
+        (e.g. ``mount``, ``test-tampering``, ``metadata-connect``). Works
+        after the sandbox ended too."""
+        return self._client.run(_ops.audit_events(self.sandbox_id, skip, limit, self._rt))
+
+    def integrity(self) -> dict:
+        """The rollout's integrity report (the ``IntegrityReport`` schema):
+        ``phases`` it went through, audit ``rules`` hit with counts,
+        ``by_severity``, ``denied`` actions, ``suspicious`` (a high or
+        critical rule was hit), ``monitored`` and ``sealed_grading``."""
+        return self._client.run(_ops.integrity(self.sandbox_id, self._rt))
 
     @property
     def phase(self) -> str:

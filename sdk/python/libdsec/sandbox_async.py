@@ -7,7 +7,7 @@ from typing import Any, Iterable, List, Mapping
 
 from . import _ops
 from ._http import AsyncClient
-from ._models import SandboxInfo, SandboxStats
+from ._models import AuditEvent, SandboxInfo, SandboxStats
 from ._ops import LayersSpec, NetworkSpec
 from .commands import AsyncCommands
 from .errors import InvalidArgumentError
@@ -152,6 +152,20 @@ class AsyncSandbox:
 
     async def stats(self) -> SandboxStats:
         return await self._client.run(_ops.sandbox_stats(self.sandbox_id, self._rt))
+
+    async def events(self, skip: int = 0, limit: int | None = None) -> List[AuditEvent]:
+        """What the node's eBPF monitor saw in the sandbox, oldest first: execs
+        and watched system calls with their verdicts and the rules they hit
+        (e.g. ``mount``, ``test-tampering``, ``metadata-connect``). Works
+        after the sandbox ended too."""
+        return await self._client.run(_ops.audit_events(self.sandbox_id, skip, limit, self._rt))
+
+    async def integrity(self) -> dict:
+        """The rollout's integrity report (the ``IntegrityReport`` schema):
+        ``phases`` it went through, audit ``rules`` hit with counts,
+        ``by_severity``, ``denied`` actions, ``suspicious`` (a high or
+        critical rule was hit), ``monitored`` and ``sealed_grading``."""
+        return await self._client.run(_ops.integrity(self.sandbox_id, self._rt))
 
     @property
     def phase(self) -> str:

@@ -301,3 +301,25 @@ def test_container_phases_refused(conn: Conn, labels: dict[str, str]) -> None:
     assert e.value.code == "invalid_phase"
     with pytest.raises(InvalidArgumentError):
         Sandbox.create(tier="container", image="busybox", phases=[{"name": "a", "bogus": 1}], metadata=labels, **conn)
+
+
+def test_container_audit_events(conn: Conn, labels: dict[str, str]) -> None:
+    import time
+
+    with Sandbox.create(tier="container", image="busybox", metadata=labels, **conn) as sb:
+        sb.commands.run("mount -t tmpfs none /mnt; mkdir -p /w/tests && echo x > /w/tests/test_a.py; true")
+        deadline = time.monotonic() + 10
+        while True:
+            evs = sb.events()
+            rules = {(e.rule, e.verdict) for e in evs}
+            if {("mount", "denied"), ("test-tampering", "allowed")} <= rules or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert ("mount", "denied") in rules and ("test-tampering", "allowed") in rules, evs
+        assert all(e.sandbox == sb.sandbox_id and e.severity for e in evs)
+        assert len(sb.events(skip=1, limit=1)) == 1
+        rep = sb.integrity()
+        assert rep["suspicious"] and rep["monitored"] and rep["denied"] >= 1, rep
+        assert {r["rule"] for r in rep["rules"]} >= {"mount", "test-tampering"}, rep
+    # The record outlives the sandbox.
+    assert len(sb.events()) >= len(evs)

@@ -1,0 +1,154 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/monitor"
+)
+
+// Subject is where sandbox id's audit events go (the audit stream,
+// which the store makes).
+func Subject(id string) string { return "dsec.audit." + id }
+
+// Sink receives audit events.
+type Sink interface {
+	Append(ctx context.Context, e api.AuditEvent) error
+}
+
+// JetStreamSink publishes audit events to the audit stream without
+// waiting for acknowledgements (the stream is a record; the monitor must
+// not slow down).
+type JetStreamSink struct{ JS jetstream.JetStream }
+
+// Append implements Sink.
+func (s JetStreamSink) Append(ctx context.Context, e api.AuditEvent) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	_, err = s.JS.PublishAsync(Subject(e.Sandbox), b)
+	return err
+}
+
+// events is what the recorder reads: a monitor's events.
+type events interface {
+	Watch(cgroupID uint64) error
+	Unwatch(cgroupID uint64) error
+	Events() <-chan monitor.Event
+}
+
+// Recorder turns a monitor's events into audit events: it knows which
+// sandbox each watched cgroup2 group is, applies the rules and hands the
+// result to a sink.
+type Recorder struct {
+	mon   events
+	rules []Rule
+	sink  Sink
+	log   *slog.Logger
+	done  chan struct{}
+
+	mu      sync.Mutex // guards watched
+	watched map[uint64]*watch
+}
+
+type watch struct {
+	sandbox string
+	phase   func() string
+}
+
+// unwatchGrace is how long a group's events are still attributed after
+// Unwatch: the kernel may have queued some just before.
+const unwatchGrace = 5 * time.Second
+
+// NewRecorder starts recording mon's events to sink.
+func NewRecorder(mon events, rules []Rule, sink Sink, log *slog.Logger) *Recorder {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Recorder{mon: mon, rules: rules, sink: sink, log: log, done: make(chan struct{}), watched: map[uint64]*watch{}}
+	go r.run()
+	return r
+}
+
+// Watch attributes the tasks of cgroup2 group cgroupID to sandbox id;
+// phase names its current phase at the time of each event.
+func (r *Recorder) Watch(id string, cgroupID uint64, phase func() string) error {
+	r.mu.Lock()
+	r.watched[cgroupID] = &watch{sandbox: id, phase: phase}
+	r.mu.Unlock()
+	if err := r.mon.Watch(cgroupID); err != nil {
+		return fmt.Errorf("watching sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Unwatch stops watching the group.
+func (r *Recorder) Unwatch(cgroupID uint64) {
+	if err := r.mon.Unwatch(cgroupID); err != nil {
+		r.log.Warn("unwatching a cgroup", "id", cgroupID, "err", err)
+	}
+	r.mu.Lock()
+	w := r.watched[cgroupID]
+	r.mu.Unlock()
+	time.AfterFunc(unwatchGrace, func() {
+		r.mu.Lock()
+		if r.watched[cgroupID] == w {
+			delete(r.watched, cgroupID)
+		}
+		r.mu.Unlock()
+	})
+}
+
+// Wait returns when the monitor's events end (it was closed).
+func (r *Recorder) Wait() { <-r.done }
+
+func (r *Recorder) run() {
+	defer close(r.done)
+	for e := range r.mon.Events() {
+		r.mu.Lock()
+		w := r.watched[e.Cgroup]
+		r.mu.Unlock()
+		if w == nil {
+			continue
+		}
+		if err := r.sink.Append(context.Background(), r.event(w, e)); err != nil {
+			r.log.Warn("recording an audit event", "sandbox", w.sandbox, "err", err)
+		}
+	}
+}
+
+// event is the audit event of e in w's sandbox.
+func (r *Recorder) event(w *watch, e monitor.Event) api.AuditEvent {
+	out := api.AuditEvent{
+		Sandbox: w.sandbox, Time: e.Time.UTC(), Pid: e.Pid, UID: e.UID, Comm: e.Comm,
+		Kind: e.Kind, Syscall: e.Syscall, Path: e.Path, Result: e.Ret,
+		Verdict: "allowed", Severity: "info",
+	}
+	if w.phase != nil {
+		out.Phase = w.phase()
+	}
+	if e.Addr.IsValid() {
+		out.Addr = e.Addr.String()
+	}
+	switch {
+	case e.Denied():
+		out.Verdict = "denied"
+	case e.Failed():
+		out.Verdict = "failed"
+	}
+	for i := range r.rules {
+		if r.rules[i].Matches(e) {
+			out.Rule, out.Severity, out.Description = r.rules[i].Name, r.rules[i].Severity, r.rules[i].Description
+			break
+		}
+	}
+	return out
+}

@@ -1,0 +1,158 @@
+package audit
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/dsec-dev/dsec/internal/monitor"
+)
+
+// Rules are data: rules.json (embedded) holds the defaults, and an
+// operator adds or replaces rules (by name) with a file of the same
+// shape ([audit] rules). A monitor event that matches a rule becomes an
+// audit event with the rule's name and severity; one that matches none
+// is kept with severity "info".
+
+//go:embed rules.json
+var defaultRules []byte
+
+// Rule is one named pattern of monitor events.
+type Rule struct {
+	Name        string `json:"name"`
+	Severity    string `json:"severity"`
+	Description string `json:"description"`
+	Match       Match  `json:"match"`
+}
+
+// Match is what an event must have, every field given (empty: any).
+type Match struct {
+	// Kind is "exec" or "syscall".
+	Kind     string   `json:"kind,omitempty"`
+	Syscalls []string `json:"syscalls,omitempty"`
+	// Paths are patterns of the event's path: "*" matches within a path
+	// element, "**" any number of elements.
+	Paths []string `json:"paths,omitempty"`
+	// CIDRs contain a connect's destination.
+	CIDRs []string `json:"cidrs,omitempty"`
+	// Arg0 lists values of the call's first argument (socket's family).
+	Arg0 []uint64 `json:"arg0,omitempty"`
+	// Denied, if set, requires the call to have been refused (true) or
+	// allowed (false).
+	Denied *bool `json:"denied,omitempty"`
+
+	prefixes []netip.Prefix
+}
+
+var severities = []string{"low", "medium", "high", "critical"}
+
+// LoadRules returns the default rules with those of file (if not "")
+// added, a rule of the same name replacing the default one.
+func LoadRules(file string) ([]Rule, error) {
+	rules, err := parseRules(defaultRules, "the default rules")
+	if err != nil {
+		return nil, err
+	}
+	if file == "" {
+		return rules, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("audit rules: %w", err)
+	}
+	more, err := parseRules(b, file)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range more {
+		if i := slices.IndexFunc(rules, func(d Rule) bool { return d.Name == r.Name }); i >= 0 {
+			rules[i] = r
+		} else {
+			rules = append(rules, r)
+		}
+	}
+	return rules, nil
+}
+
+func parseRules(b []byte, what string) ([]Rule, error) {
+	var rules []Rule
+	if err := json.Unmarshal(b, &rules); err != nil {
+		return nil, fmt.Errorf("audit rules in %s: %w", what, err)
+	}
+	for i := range rules {
+		r := &rules[i]
+		if r.Name == "" || !slices.Contains(severities, r.Severity) {
+			return nil, fmt.Errorf("audit rules in %s: rule %d needs a name and a severity (%s)", what, i, strings.Join(severities, ", "))
+		}
+		for _, c := range r.Match.CIDRs {
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				return nil, fmt.Errorf("audit rule %s: %w", r.Name, err)
+			}
+			r.Match.prefixes = append(r.Match.prefixes, p)
+		}
+		for _, p := range r.Match.Paths {
+			if _, err := path.Match(strings.ReplaceAll(p, "**", "*"), ""); err != nil {
+				return nil, fmt.Errorf("audit rule %s: path %q: %w", r.Name, p, err)
+			}
+		}
+	}
+	return rules, nil
+}
+
+// Matches reports whether e matches the rule.
+func (r *Rule) Matches(e monitor.Event) bool {
+	m := &r.Match
+	switch {
+	case m.Kind != "" && m.Kind != e.Kind,
+		len(m.Syscalls) > 0 && !slices.Contains(m.Syscalls, e.Syscall),
+		len(m.Arg0) > 0 && !slices.Contains(m.Arg0, e.Args[0]),
+		m.Denied != nil && *m.Denied != e.Denied():
+		return false
+	}
+	if len(m.prefixes) > 0 {
+		a := e.Addr.Addr().Unmap()
+		if !a.IsValid() || !slices.ContainsFunc(m.prefixes, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return false
+		}
+	}
+	if len(m.Paths) > 0 && !slices.ContainsFunc(m.Paths, func(p string) bool { return matchPath(p, e.Path) }) {
+		return false
+	}
+	return true
+}
+
+// matchPath matches name against pattern, "**" spanning any number of
+// path elements (none included).
+func matchPath(pattern, name string) bool {
+	if name == "" {
+		return false
+	}
+	return matchParts(strings.Split(pattern, "/"), strings.Split(name, "/"))
+}
+
+func matchParts(pat, name []string) bool {
+	for len(pat) > 0 {
+		if pat[0] == "**" {
+			for i := 0; i <= len(name); i++ {
+				if matchParts(pat[1:], name[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(name) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(pat[0], name[0]); !ok {
+			return false
+		}
+		pat, name = pat[1:], name[1:]
+	}
+	return len(name) == 0
+}

@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func (a *app) auditCmd() *cobra.Command {
+	var skip, limit int
+	var rulesOnly bool
+	cmd := &cobra.Command{
+		Use:   "audit ID",
+		Short: "What the node's eBPF monitor saw in a sandbox: execs, watched system calls, their verdicts and the rules they hit",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			evs, err := c.AuditEvents(cmd.Context(), argv[0], skip, limit)
+			if err != nil {
+				return err
+			}
+			if rulesOnly {
+				kept := evs[:0]
+				for _, e := range evs {
+					if e.Rule != "" {
+						kept = append(kept, e)
+					}
+				}
+				evs = kept
+			}
+			if a.json {
+				return printJSON(cmd.OutOrStdout(), evs)
+			}
+			tw := newTable(cmd.OutOrStdout(), "TIME", "PHASE", "PID", "COMM", "WHAT", "ARGUMENT", "RESULT", "VERDICT", "SEVERITY", "RULE")
+			for _, e := range evs {
+				what, arg := e.Kind, e.Path
+				if e.Syscall != "" {
+					what = e.Syscall
+				}
+				if e.Addr != "" {
+					arg = e.Addr
+				}
+				row(tw, e.Time.Local().Format(time.TimeOnly+".000"), e.Phase, strconv.Itoa(int(e.Pid)), e.Comm, what, arg,
+					strconv.FormatInt(e.Result, 10), e.Verdict, e.Severity, e.Rule)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&skip, "skip", 0, "events to skip")
+	cmd.Flags().IntVar(&limit, "limit", 0, "most events to show (default: the server's, 1000)")
+	cmd.Flags().BoolVar(&rulesOnly, "rules", false, "only events that hit a rule")
+	return cmd
+}

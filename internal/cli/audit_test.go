@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+)
+
+func TestAudit(t *testing.T) {
+	var queries []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sandboxes/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+		queries = append(queries, r.URL.RawQuery)
+		writeJSON(w, http.StatusOK, api.AuditEventList{Events: []api.AuditEvent{
+			{Sandbox: "sb-1", Time: time.Unix(0, 0), Pid: 7, Comm: "sh", Kind: "exec", Path: "/bin/sh", Verdict: "allowed", Severity: "info"},
+			{Sandbox: "sb-1", Time: time.Unix(1, 0), Pid: 8, Comm: "mount", Kind: "syscall", Syscall: "mount", Path: "/mnt", Result: -1, Verdict: "denied", Severity: "high", Rule: "mount"},
+		}})
+	})
+	res := dsec(t, mux, "audit", "sb-1", "--rules", "--limit", "5")
+	if res.code != 0 || strings.Count(res.stdout, "\n") != 2 || !strings.Contains(res.stdout, "mount") || strings.Contains(res.stdout, "/bin/sh") {
+		t.Errorf("audit --rules: %+v", res)
+	}
+	if len(queries) != 1 || queries[0] != "limit=5" {
+		t.Errorf("queries %v", queries)
+	}
+	res = dsec(t, mux, "--json", "audit", "sb-1")
+	var evs []api.AuditEvent
+	if err := json.Unmarshal([]byte(res.stdout), &evs); err != nil || len(evs) != 2 {
+		t.Errorf("audit --json: %+v (%v)", res, err)
+	}
+}
