@@ -76,6 +76,7 @@ func testKernel(t *testing.T, e *isoEnv, main *Sandbox) {
 		// same sandbox, only the target differs.
 		agent := []string{"ptrace-attach:1", "process-vm-readv:1", "pidfd-getfd:1", "kcmp:1"}
 		expect(t, "sandbox", probeIn(t, main, sysArgs(agent...)...), all(agent, "EPERM", "EACCES"))
+		e.audited(t, main, "ptrace", "denied", "ptrace", "process_vm_readv")
 		child := probeIn(t, main, "sys", "ptrace-attach=child", "process-vm-readv=child")
 		expect(t, "a child in the sandbox (negative control)", child, map[string][]string{
 			"ptrace-attach:child": {"OK"}, "process-vm-readv:child": {"EFAULT"},

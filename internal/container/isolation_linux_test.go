@@ -141,6 +141,9 @@ type isoEnv struct {
 	// noSec is a sandbox of a second runtime that installs no seccomp
 	// filter: the negative control of the defences seccomp provides.
 	noSec *Sandbox
+	// audit is what the eBPF monitor saw in the sandboxes of rt (not
+	// noSec's runtime: it is not watched).
+	audit *auditLog
 }
 
 func newIsoEnv(t *testing.T, rt *testRuntime) *isoEnv {
@@ -329,8 +332,10 @@ func TestIsolation(t *testing.T) {
 	world.get(t)
 	dir := t.TempDir()
 	t.Cleanup(func() { checkHost(t, dir) }) // after the runtime's own cleanup
-	rt := newRuntime(t, dir, runtimeOptions{})
+	rec, log := startAudit(t)
+	rt := newRuntime(t, dir, runtimeOptions{monitor: rec})
 	e := newIsoEnv(t, rt)
+	e.audit = log
 	// The sandbox most probes attack from: they change nothing outside
 	// themselves. Tests that kill, fill or flood get sandboxes of their own.
 	main := e.create(t, "iso-main", nil)
@@ -345,4 +350,7 @@ func TestIsolation(t *testing.T) {
 	t.Run("files", func(t *testing.T) { testFileAPI(t, e, main) })
 	t.Run("resources", func(t *testing.T) { testResources(t, e, main) })
 	t.Run("privilege", func(t *testing.T) { testPrivilege(t, e, main) })
+	// The control of every audit assertion: the unwatched runtime's
+	// sandbox ran the same attacks and left no event.
+	e.unaudited(t, e.noSec.id)
 }

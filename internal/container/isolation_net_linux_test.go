@@ -161,6 +161,7 @@ func testNetwork(t *testing.T, e *isoEnv, isolated *Sandbox) {
 		url := "http://" + target + "/latest/meta-data/iam/security-credentials/"
 		for _, sb := range []*Sandbox{main, isolated} {
 			expect(t, sb.ID(), probeIn(t, sb, "connect", target), map[string][]string{target: notConnected})
+			e.audited(t, sb, "metadata-connect", "", "connect")
 		}
 		res := run(t, main, "wget", "-q", "-O-", "-T", "2", url)
 		if res.ExitCode == 0 || strings.Contains(res.Stdout, "AKIA") {
@@ -196,6 +197,9 @@ func testNetwork(t *testing.T, e *isoEnv, isolated *Sandbox) {
 		targets := []string{mainEP.Gateway.String() + ":" + port, addr.String() + ":" + port, "127.0.0.1:" + port}
 		for _, sb := range []*Sandbox{main, isolated} {
 			expect(t, sb.ID(), probeIn(t, sb, append([]string{"connect"}, targets...)...), all(targets, notConnected...))
+			// Seen, each with its failure (the node's addresses are no
+			// private range here: no default rule names them).
+			e.sawConnects(t, sb, targets)
 		}
 		if n := node.from(mainEP.Addr); n != 0 {
 			t.Errorf("the node accepted %d connections from the sandbox", n)
@@ -301,6 +305,7 @@ func testNetwork(t *testing.T, e *isoEnv, isolated *Sandbox) {
 		// hold no capability in it.
 		for _, sb := range []*Sandbox{main, isolated} {
 			expect(t, sb.ID(), probeIn(t, sb, sysArgs(calls...)...), all(calls, "EPERM"))
+			e.audited(t, sb, "raw-socket", "denied", "socket")
 		}
 		if res := run(t, isolated, "ip", "link", "add", "d0", "type", "dummy"); res.ExitCode == 0 {
 			t.Errorf("ip link add in the isolated sandbox: %+v", res)

@@ -132,6 +132,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 		if res := run(t, main, "mount", "-t", "tmpfs", "x", "/tmp"); res.ExitCode == 0 {
 			t.Errorf("busybox mount succeeded: %+v", res)
 		}
+		e.audited(t, main, "mount", "denied", "mount")
 		h := t.TempDir()
 		host := []string{"mount-tmpfs:" + h + "/m1", "mount-bind:/," + h + "/m2", "mount-proc:" + h + "/m3"}
 		expect(t, "host root in a mount namespace (negative control)", e.hostProbe(t, privateMounts, sysArgs(host...)...), all(host, "OK"))
@@ -140,6 +141,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 	t.Run("A5_unmask", func(t *testing.T) {
 		calls := []string{"umount:/proc/kallsyms", "umount:/proc/keys", "umount:/proc/sys", "umount:/sys/firmware", "umount:/sys/fs/cgroup", "umount:/sys"}
 		expect(t, "sandbox", probeIn(t, main, sysArgs(calls...)...), all(calls, "EPERM"))
+		e.audited(t, main, "mount", "denied", "umount2")
 		after := probeIn(t, main, "read", "/proc/kallsyms", "/sys/firmware")
 		if after.get(t, "/proc/kallsyms.bytes") != "0" || after.get(t, "/sys/firmware.entries") != "0" {
 			t.Errorf("masks after the attempts: %v", after)
@@ -162,6 +164,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 		if res := run(t, main, "chroot", "/tmp/cx", "/bin/true"); res.ExitCode == 0 {
 			t.Errorf("busybox chroot succeeded: %+v", res)
 		}
+		e.audited(t, main, "mount", "denied", "chroot", "pivot_root")
 		if after := run(t, main, "stat", "-c", "%d:%i", "/").Stdout; after != before {
 			t.Errorf("the sandbox's root changed: %q → %q", before, after)
 		}
@@ -178,6 +181,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 		}
 		calls := []string{"clone-newuser:/bin/true", "unshare-net", "unshare-mnt"}
 		expect(t, "sandbox", probeIn(t, main, sysArgs(calls...)...), all(calls, "EPERM"))
+		e.audited(t, main, "namespace", "denied", "unshare")
 		nested := []string{"nested", "sys", "mount-tmpfs=/tmp/nested", "unshare-net"}
 		if got := probeIn(t, main, nested...); got.get(t, "clone") != "EPERM" || got["mount-tmpfs:/tmp/nested"] != "" {
 			t.Errorf("a nested user namespace in the sandbox: %v", got)
@@ -195,6 +199,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 	t.Run("A8_setns", func(t *testing.T) {
 		calls := []string{"setns:/proc/1/ns/net", "setns:/proc/1/ns/uts", "setns:/proc/1/ns/mnt", "setns:/proc/self/ns/net", "setns:/proc/self/ns/uts"}
 		expect(t, "sandbox", probeIn(t, main, sysArgs(calls...)...), all(calls, "EPERM", "EACCES"))
+		e.audited(t, main, "namespace", "denied", "setns")
 		if res := run(t, main, "nsenter", "-t", "1", "-m", "-u", "-n", "-p", "true"); res.ExitCode == 0 {
 			t.Errorf("nsenter -t 1 succeeded: %+v", res)
 		}

@@ -1,0 +1,127 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/audit"
+	"github.com/dsec-dev/dsec/internal/monitor"
+)
+
+// auditLog collects the audit events of the isolation tests' monitor.
+type auditLog struct {
+	mu  sync.Mutex
+	evs []api.AuditEvent
+}
+
+func (l *auditLog) Append(_ context.Context, e api.AuditEvent) error {
+	l.mu.Lock()
+	l.evs = append(l.evs, e)
+	l.mu.Unlock()
+	return nil
+}
+
+// startAudit starts the eBPF monitor for a test: its recorder (for
+// runtimeOptions.monitor) and the log it records to. It is stopped after
+// the cleanups registered later (the runtimes').
+func startAudit(t *testing.T) (*audit.Recorder, *auditLog) {
+	t.Helper()
+	mon, err := monitor.Start(nil)
+	if err != nil {
+		t.Fatalf("the eBPF monitor: %v", err)
+	}
+	rules, err := audit.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &auditLog{}
+	rec := audit.NewRecorder(mon, rules, log, nil)
+	t.Cleanup(func() { mon.Close(); rec.Wait() })
+	return rec, log
+}
+
+// audited fails the test unless sb's audit events include one of rule
+// with the verdict ("": any), for each syscall listed, within 5 s: an
+// attack that is blocked must also be seen.
+func (e *isoEnv) audited(t *testing.T, sb *Sandbox, rule, verdict string, syscalls ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		missing := []string{}
+		e.audit.mu.Lock()
+		for _, sc := range syscalls {
+			found := false
+			for _, ev := range e.audit.evs {
+				found = found || ev.Sandbox == sb.id && ev.Rule == rule && (verdict == "" || ev.Verdict == verdict) && ev.Syscall == sc
+			}
+			if !found {
+				missing = append(missing, sc)
+			}
+		}
+		var seen []string
+		if len(missing) > 0 && time.Now().After(deadline) {
+			for _, ev := range e.audit.evs {
+				if ev.Sandbox == sb.id && ev.Kind == "syscall" {
+					seen = append(seen, fmt.Sprintf("%s %s %d %s %s", ev.Syscall, ev.Path, ev.Result, ev.Verdict, ev.Rule))
+				}
+			}
+		}
+		e.audit.mu.Unlock()
+		if len(missing) == 0 {
+			return
+		}
+		if seen != nil || time.Now().After(deadline) {
+			t.Errorf("no audit event of rule %s (%s) for %v in %s; its syscall events:\n  %s", rule, verdict, missing, sb.id, strings.Join(seen, "\n  "))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// unaudited fails the test if sandbox sb (a control, not watched) has any
+// audit event.
+func (e *isoEnv) unaudited(t *testing.T, id string) {
+	t.Helper()
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	for _, ev := range e.audit.evs {
+		if ev.Sandbox == id {
+			t.Errorf("an audit event of the unwatched sandbox %s: %+v", id, ev)
+			return
+		}
+	}
+}
+
+// sawConnects fails the test unless sb's audit events include a failed
+// connect to each of targets (address:port) within 5 s.
+func (e *isoEnv) sawConnects(t *testing.T, sb *Sandbox, targets []string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		missing := []string{}
+		e.audit.mu.Lock()
+		for _, target := range targets {
+			found := false
+			for _, ev := range e.audit.evs {
+				found = found || ev.Sandbox == sb.id && ev.Syscall == "connect" && ev.Addr == target && ev.Verdict != "allowed"
+			}
+			if !found {
+				missing = append(missing, target)
+			}
+		}
+		e.audit.mu.Unlock()
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no audit event of the refused connects to %v from %s", missing, sb.id)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
