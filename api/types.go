@@ -453,6 +453,10 @@ type Node struct {
 	// "unavailable: <why>" (sandboxes then run unmonitored, under the
 	// same host-side rules).
 	Monitor string `json:"monitor,omitempty"`
+	// Guard is the node's cgroup-bpf guard (metadata addresses and raw
+	// sockets refused in every sandbox's cgroup): "on" or "unavailable:
+	// <why>".
+	Guard string `json:"guard,omitempty"`
 }
 
 // NodeList is the body of GET /v1/nodes.

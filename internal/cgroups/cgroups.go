@@ -329,6 +329,15 @@ func (m *Manager) probeV2Files() error {
 // Mode returns the layout in use.
 func (m *Manager) Mode() Mode { return m.mode }
 
+// Parent2 returns the parent's cgroup2 directory (where cgroup-bpf
+// programs for every sandbox attach), or "" on a v1 host.
+func (m *Manager) Parent2() string {
+	if m.unified == "" {
+		return ""
+	}
+	return filepath.Join(m.unified, m.parent)
+}
+
 // hierDirs returns the directory of the relative group rel in every
 // hierarchy in use: v1 ones first (sorted, one per distinct mount), the
 // cgroup2 one last.

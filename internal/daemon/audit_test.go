@@ -18,7 +18,7 @@ func TestContainerAuditEvents(t *testing.T) {
 	c := u.c
 	ctx := context.Background()
 	nodes, err := c.Nodes(ctx)
-	if err != nil || len(nodes.Nodes) != 1 || nodes.Nodes[0].Monitor != "on" {
+	if err != nil || len(nodes.Nodes) != 1 || nodes.Nodes[0].Monitor != "on" || nodes.Nodes[0].Guard != "on" {
 		t.Fatalf("the node's monitor: %+v, %v", nodes, err)
 	}
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierContainer, Image: "busybox",
@@ -96,6 +96,34 @@ func TestContainerAuditEvents(t *testing.T) {
 	mustExec(t, c, clean.ID, api.ExecRequest{Command: "echo fine > /tmp/notes.txt"})
 	if rep, err := c.Integrity(ctx, clean.ID); err != nil || rep.Suspicious || len(rep.Rules) != 0 || !rep.Monitored {
 		t.Errorf("integrity of a clean sandbox: %+v, %v", rep, err)
+	}
+	// The cgroup-bpf guard refuses a metadata connect with EPERM before
+	// nftables sees a packet, even under an open policy; the monitor sees
+	// the refusal.
+	open, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierContainer, Image: "busybox",
+		Network: &api.NetworkPolicy{Egress: api.EgressOpen}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteSandbox(ctx, open.ID)
+	res = mustExec(t, c, open.ID, api.ExecRequest{Command: "nc -w 1 169.254.169.254 80 </dev/null 2>&1; true"})
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		oevs, err := c.AuditEvents(ctx, open.ID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, e := range oevs {
+			found = found || e.Syscall == "connect" && e.Addr == "169.254.169.254:80" && e.Result == -1 && e.Verdict == "denied" && e.Rule == "metadata-connect"
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no refused metadata connect among (wget said %q):\n%s", res.Stdout, dump(oevs))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	// Paging.
 	if page, err := c.AuditEvents(ctx, sb.ID, 1, 2); err != nil || len(page) != 2 || page[0] != evs[1] {

@@ -89,8 +89,9 @@ type Info struct {
 	NATSURL      string
 	NodeID       string
 	// Monitor is the eBPF monitor's state: "on", "off" or "unavailable:
-	// <why>" ("" without the container tier).
-	Monitor string
+	// <why>" ("" without the container tier); Guard the cgroup-bpf
+	// guard's ("on" or "unavailable: <why>").
+	Monitor, Guard string
 }
 
 type daemon struct {
@@ -259,7 +260,7 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 	agent, err := node.New(node.Options{
 		ID: d.cfg.Node.ID, Registry: reg, Logger: d.log, Version: d.build.Version, MaxSandboxes: d.cfg.Node.MaxSandboxes,
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "state"), Layers: layers,
-		Monitor: d.info.Monitor,
+		Monitor: d.info.Monitor, Guard: d.info.Guard,
 	})
 	if err != nil {
 		return err

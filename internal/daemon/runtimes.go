@@ -15,6 +15,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/function"
+	"github.com/dsec-dev/dsec/internal/guard"
 	"github.com/dsec-dev/dsec/internal/layercache"
 	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/network"
@@ -95,6 +96,8 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 		return nil, nil, err
 	}
 	cu.Add(closeMonitor)
+	closeGuard := d.attachGuard(cg.Parent2())
+	cu.Add(closeGuard)
 	closeNets := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -107,6 +110,7 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 			d.log.Warn("closing the cgroup manager", "err", err)
 		}
 		closeMonitor()
+		closeGuard()
 	}
 	cu.Add(closeNets)
 	copt := container.Options{
@@ -165,6 +169,26 @@ func (d *daemon) startMonitor() (*audit.Recorder, func(), error) {
 			rec.Wait()
 		})
 	}, nil
+}
+
+// attachGuard attaches the cgroup-bpf guard to the sandboxes' cgroup2
+// parent (every sandbox's group inherits it) and returns what detaches
+// it. Where it cannot attach, sandboxes keep nftables' and seccomp's
+// refusals of the same things; the node's status says so.
+func (d *daemon) attachGuard(parent2 string) func() {
+	if parent2 == "" {
+		d.info.Guard = "unavailable: no cgroup2 hierarchy"
+		return func() {}
+	}
+	g, err := guard.Attach(parent2, guard.DefaultDeny)
+	if err != nil {
+		d.log.Warn("the cgroup-bpf guard cannot attach: nftables and seccomp still refuse metadata addresses and raw sockets", "err", err)
+		d.info.Guard = "unavailable: " + err.Error()
+		return func() {}
+	}
+	d.info.Guard = "on"
+	var once sync.Once
+	return func() { once.Do(func() { g.Close() }) }
 }
 
 // warmPool is the warm pool's size for the warm_pool setting.

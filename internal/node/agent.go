@@ -38,8 +38,9 @@ type Options struct {
 	Heartbeat time.Duration
 	// MaxConcurrent caps requests handled at once. Default 4096.
 	MaxConcurrent int
-	// Monitor is the state of the node's eBPF monitor, for its status.
-	Monitor string
+	// Monitor and Guard are the states of the node's eBPF monitor and
+	// cgroup-bpf guard, for its status.
+	Monitor, Guard string
 }
 
 // heartbeatSink is where heartbeats go (the store's node bucket).

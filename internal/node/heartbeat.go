@@ -25,6 +25,7 @@ func (a *Agent) Info(ctx context.Context) api.Node {
 		},
 		LastSeen: time.Now().UTC(),
 		Monitor:  a.opt.Monitor,
+		Guard:    a.opt.Guard,
 	}
 	for _, rt := range a.opt.Registry.All() {
 		n.Tiers = append(n.Tiers, rt.Fingerprint(ctx))

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+// DSec's cgroup-bpf guard: attached to the cgroup2 parent of every
+// sandbox, it refuses what no sandbox may do whatever its network policy,
+// independently of nftables and seccomp: connecting or sending to a
+// link-local or cloud metadata address, and raw IP sockets. (Packet
+// sockets are not inet sockets: the sock_create hook never sees them;
+// capabilities and seccomp refuse them.) Built with `go generate`
+// (bpf2go, clang); objects committed.
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+#define AF_INET 2
+#define AF_INET6 10
+#define SOCK_RAW 3
+
+struct key4 {
+	__u32 prefixlen;
+	__u32 addr;
+};
+
+struct key6 {
+	__u32 prefixlen;
+	__u32 addr[4];
+};
+
+// Destinations refused, as LPM tries filled by the node.
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 256);
+	__type(key, struct key4);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} deny4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 256);
+	__type(key, struct key6);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} deny6 SEC(".maps");
+
+static __always_inline int allowed4(__u32 ip) {
+	struct key4 k = {.prefixlen = 32, .addr = ip};
+	return bpf_map_lookup_elem(&deny4, &k) ? 0 : 1;
+}
+
+static __always_inline int allowed6(struct bpf_sock_addr *ctx) {
+	struct key6 k = {.prefixlen = 128};
+	k.addr[0] = ctx->user_ip6[0];
+	k.addr[1] = ctx->user_ip6[1];
+	k.addr[2] = ctx->user_ip6[2];
+	k.addr[3] = ctx->user_ip6[3];
+	return bpf_map_lookup_elem(&deny6, &k) ? 0 : 1;
+}
+
+SEC("cgroup/connect4")
+int connect4(struct bpf_sock_addr *ctx) { return allowed4(ctx->user_ip4); }
+
+SEC("cgroup/sendmsg4")
+int sendmsg4(struct bpf_sock_addr *ctx) { return allowed4(ctx->user_ip4); }
+
+SEC("cgroup/connect6")
+int connect6(struct bpf_sock_addr *ctx) { return allowed6(ctx); }
+
+SEC("cgroup/sendmsg6")
+int sendmsg6(struct bpf_sock_addr *ctx) { return allowed6(ctx); }
+
+// Only inet sockets reach this hook.
+SEC("cgroup/sock_create")
+int sock_create(struct bpf_sock *sk) {
+	if ((sk->family == AF_INET || sk->family == AF_INET6) && sk->type == SOCK_RAW)
+		return 0;
+	return 1;
+}
