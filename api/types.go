@@ -105,6 +105,8 @@ type AuditEvent struct {
 	// connect's destination.
 	Path string `json:"path,omitempty"`
 	Addr string `json:"addr,omitempty"`
+	// Argv is an exec's arguments (their first 255 bytes).
+	Argv []string `json:"argv,omitempty"`
 	// Result is what the call returned (a negative errno when refused).
 	Result int64 `json:"result"`
 	// Verdict is "allowed", "denied" (EPERM or EACCES: a security check

@@ -42,6 +42,8 @@ type Match struct {
 	CIDRs []string `json:"cidrs,omitempty"`
 	// Arg0 lists values of the call's first argument (socket's family).
 	Arg0 []uint64 `json:"arg0,omitempty"`
+	// ArgvAny lists words one of which an exec's arguments must contain.
+	ArgvAny []string `json:"argv_any,omitempty"`
 	// Denied, if set, requires the call to have been refused (true) or
 	// allowed (false).
 	Denied *bool `json:"denied,omitempty"`
@@ -112,6 +114,7 @@ func (r *Rule) Matches(e monitor.Event) bool {
 	case m.Kind != "" && m.Kind != e.Kind,
 		len(m.Syscalls) > 0 && !slices.Contains(m.Syscalls, e.Syscall),
 		len(m.Arg0) > 0 && !slices.Contains(m.Arg0, e.Args[0]),
+		len(m.ArgvAny) > 0 && !slices.ContainsFunc(e.Argv, func(a string) bool { return slices.Contains(m.ArgvAny, a) }),
 		m.Denied != nil && *m.Denied != e.Denied():
 		return false
 	}

@@ -47,6 +47,8 @@ func TestDefaultRules(t *testing.T) {
 		{withPath(sys("openat", 3), "/workspace/repo/src/api.py"), ""},
 		{withPath(monitor.Event{Kind: monitor.KindExec}, "/grader/run.sh"), "grader-path"},
 		{withPath(monitor.Event{Kind: monitor.KindExec}, "/usr/bin/python3"), ""},
+		{monitor.Event{Kind: monitor.KindExec, Path: "/usr/bin/git", Argv: []string{"git", "log", "--all", "--oneline"}}, "git-history"},
+		{monitor.Event{Kind: monitor.KindExec, Path: "/usr/bin/git", Argv: []string{"git", "log", "-3"}}, ""},
 	} {
 		if got := first(tc.e); got != tc.want {
 			t.Errorf("%+v: rule %q, want %q", tc.e, got, tc.want)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,6 +41,9 @@ func (a *app) auditCmd() *cobra.Command {
 				what, arg := e.Kind, e.Path
 				if e.Syscall != "" {
 					what = e.Syscall
+				}
+				if len(e.Argv) > 0 {
+					arg = strings.Join(e.Argv, " ")
 				}
 				if e.Addr != "" {
 					arg = e.Addr

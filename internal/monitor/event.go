@@ -28,6 +28,8 @@ type Event struct {
 	Comm    string
 	// Path is the program executed, or the call's path argument.
 	Path string
+	// Argv is an exec's arguments (the first 255 bytes of them).
+	Argv []string
 	// Addr is connect's destination.
 	Addr netip.AddrPort
 }

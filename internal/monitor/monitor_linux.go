@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,6 +151,12 @@ func decode(raw *monitorEvent, at time.Time) Event {
 	switch raw.Kind {
 	case 1:
 		e.Kind, e.Path = KindExec, cstring(path)
+		n := min(int(raw.ArgvLen), len(raw.Argv))
+		args := make([]byte, n)
+		for i := range args {
+			args[i] = byte(raw.Argv[i])
+		}
+		e.Argv = strings.Split(strings.TrimRight(string(args), "\x00"), "\x00")
 	default:
 		e.Kind, e.Nr = KindSyscall, int(raw.Nr)
 		s := watchedSyscalls[raw.Nr]

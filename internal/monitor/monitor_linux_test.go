@@ -107,8 +107,10 @@ func TestMonitor(t *testing.T) {
 			t.Errorf("an event of another group: %+v", e)
 		}
 		switch {
-		case e.Kind == KindExec && e.Path == "/bin/true":
+		case e.Kind == KindExec && e.Path == "/bin/true" && len(e.Argv) == 1 && e.Argv[0] == "/bin/true":
 			found["exec"] = true
+		case e.Kind == KindExec && e.Path == "/usr/bin/setpriv" && strings.Join(e.Argv[:3], " ") == "setpriv --reuid 65534":
+			found["exec argv"] = true
 		case e.Syscall == "openat" && e.Path == file && e.Ret >= 0:
 			found["write"] = true
 		case e.Syscall == "mount" && e.Path == "/mnt" && e.Denied():
@@ -118,7 +120,7 @@ func TestMonitor(t *testing.T) {
 		}
 		seen = append(seen, fmt.Sprintf("%s %s %q %v ret=%d", e.Kind, e.Syscall, e.Path, e.Addr, e.Ret))
 	}
-	for _, want := range []string{"exec", "write", "mount denied", "connect"} {
+	for _, want := range []string{"exec", "exec argv", "write", "mount denied", "connect"} {
 		if !found[want] {
 			t.Errorf("no %s event; saw:\n%s", want, strings.Join(seen, "\n"))
 		}

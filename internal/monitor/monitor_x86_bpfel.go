@@ -14,18 +14,21 @@ import (
 )
 
 type monitorEvent struct {
-	_      structs.HostLayout
-	Cgroup uint64
-	Args   [3]uint64
-	Ret    int64
-	Kind   uint32
-	Nr     uint32
-	Pid    uint32
-	Tgid   uint32
-	Uid    uint32
-	Pad    uint32
-	Comm   [16]int8
-	Path   [160]int8
+	_       structs.HostLayout
+	Cgroup  uint64
+	Args    [3]uint64
+	Ret     int64
+	Kind    uint32
+	Nr      uint32
+	Pid     uint32
+	Tgid    uint32
+	Uid     uint32
+	Pad     uint32
+	Comm    [16]int8
+	Path    [160]int8
+	ArgvLen uint32
+	Pad2    uint32
+	Argv    [256]int8
 }
 
 // Names of all BPF objects in the ELF.

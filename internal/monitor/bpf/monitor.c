@@ -25,13 +25,19 @@ struct linux_binprm {
 	const char *filename;
 } __attribute__((preserve_access_index));
 
+struct mm_struct {
+	unsigned long arg_start, arg_end;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
+	struct mm_struct *mm;
 } __attribute__((preserve_access_index));
 
 #define KIND_EXEC 1
 #define KIND_SYSCALL 2
 #define PATH_LEN 160
+#define ARGV_LEN 256
 
 struct event {
 	__u64 cgroup;
@@ -45,6 +51,9 @@ struct event {
 	__u32 _pad;
 	char comm[16];
 	char path[PATH_LEN]; // exec: the file; syscalls: the path or address argument
+	__u32 argv_len;      // exec: bytes of argv (NUL-separated) in argv
+	__u32 _pad2;
+	char argv[ARGV_LEN];
 };
 
 // Referenced so that the type is in the object's BTF (bpf2go -type).
@@ -101,6 +110,7 @@ static __always_inline struct event *reserve(__u64 cg, __u32 kind) {
 	e->ret = 0;
 	e->args[0] = e->args[1] = e->args[2] = 0;
 	e->path[0] = 0;
+	e->argv_len = 0;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	return e;
 }
@@ -115,6 +125,18 @@ int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *b
 		return 0;
 	const char *f = BPF_CORE_READ(bprm, filename);
 	bpf_probe_read_kernel_str(e->path, sizeof(e->path), f);
+	// The new program's arguments, on its stack by now.
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	unsigned long start = BPF_CORE_READ(task, mm, arg_start);
+	unsigned long end = BPF_CORE_READ(task, mm, arg_end);
+	if (end > start) {
+		unsigned long n = end - start;
+		if (n > ARGV_LEN - 1)
+			n = ARGV_LEN - 1;
+		n &= ARGV_LEN - 1;
+		if (bpf_probe_read_user(e->argv, n, (const void *)start) == 0)
+			e->argv_len = n;
+	}
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }

@@ -114,6 +114,7 @@ class AuditEvent:
     syscall: str = ""
     path: str = ""
     addr: str = ""
+    argv: list[str] = field(default_factory=list)
     result: int = 0
     rule: str = ""
     description: str = ""
@@ -133,6 +134,7 @@ class AuditEvent:
             syscall=str(d.get("syscall") or ""),
             path=str(d.get("path") or ""),
             addr=str(d.get("addr") or ""),
+            argv=[str(a) for a in d.get("argv") or []],
             result=int(d.get("result") or 0),
             rule=str(d.get("rule") or ""),
             description=str(d.get("description") or ""),
