@@ -76,6 +76,7 @@ bench-container: deps-bench build
 	$(GO) test -run '^$$' -bench '^BenchmarkExec$$' -benchtime 2000x ./internal/container/
 	$(GO) test -run '^$$' -bench 'CreatePhases' -benchtime 300x ./internal/container/
 	$(GO) test -run '^$$' -bench '^BenchmarkMonitor$$' -benchtime 10x ./internal/container/
+	$(GO) test -run '^$$' -bench '^BenchmarkPhaseChange$$' -benchtime 100x ./internal/container/
 	$(GO) test -run '^$$' -bench 'Density' -benchtime 1x -timeout 60m ./internal/container/
 	/usr/bin/python3 sdk/python/bench/bench_container.py --dsec $(BIN)
 
