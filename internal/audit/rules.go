@@ -159,3 +159,20 @@ func matchParts(pat, name []string) bool {
 	}
 	return len(name) == 0
 }
+
+// NodeRule is the rule of connects to the node itself or its sandbox
+// network (the gateway, other sandboxes): the node's API, control plane
+// and NATS listen there. Its prefixes depend on the node, so it is made
+// at start rather than kept in rules.json; it goes before the defaults
+// (whose private-connect would name a private node address less
+// precisely).
+func NodeRule(prefixes []netip.Prefix) Rule {
+	r := Rule{Name: "node-connect", Severity: "critical",
+		Description: "a connect to the node's own addresses or its sandbox network (the API, control plane, NATS, other sandboxes)"}
+	r.Match.Syscalls = []string{"connect"}
+	for _, p := range prefixes {
+		r.Match.CIDRs = append(r.Match.CIDRs, p.String())
+		r.Match.prefixes = append(r.Match.prefixes, p.Masked())
+	}
+	return r
+}

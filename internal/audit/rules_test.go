@@ -56,6 +56,16 @@ func TestDefaultRules(t *testing.T) {
 	}
 }
 
+func TestNodeRule(t *testing.T) {
+	r := NodeRule([]netip.Prefix{netip.MustParsePrefix("10.88.0.0/16"), netip.MustParsePrefix("192.0.2.10/32")})
+	for addr, want := range map[string]bool{"10.88.0.1:7878": true, "10.88.3.4:22": true, "192.0.2.10:4222": true, "192.0.2.11:80": false, "203.0.113.7:443": false} {
+		e := monitor.Event{Kind: monitor.KindSyscall, Syscall: "connect", Addr: netip.MustParseAddrPort(addr)}
+		if got := r.Matches(e); got != want {
+			t.Errorf("%s: %v, want %v", addr, got, want)
+		}
+	}
+}
+
 func TestOperatorRules(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "rules.json")
 	os.WriteFile(file, []byte(`[{"name": "mount", "severity": "low", "match": {"syscalls": ["mount"]}},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,22 +130,23 @@ func TestContainerAuditEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.DeleteSandbox(ctx, open.ID)
-	res = mustExec(t, c, open.ID, api.ExecRequest{Command: "nc -w 1 169.254.169.254 80 </dev/null 2>&1; true"})
+	res = mustExec(t, c, open.ID, api.ExecRequest{Command: "nc -w 1 169.254.169.254 80 </dev/null 2>&1; nc -w 1 $(ip route | awk '/default/ {print $3}') 7878 </dev/null 2>&1; true"})
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		oevs, err := c.AuditEvents(ctx, open.ID, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		found := false
+		meta, node := false, false
 		for _, e := range oevs {
-			found = found || e.Syscall == "connect" && e.Addr == "169.254.169.254:80" && e.Result == -1 && e.Verdict == "denied" && e.Rule == "metadata-connect"
+			meta = meta || e.Syscall == "connect" && e.Addr == "169.254.169.254:80" && e.Result == -1 && e.Verdict == "denied" && e.Rule == "metadata-connect"
+			node = node || e.Syscall == "connect" && strings.HasSuffix(e.Addr, ":7878") && e.Verdict != "allowed" && e.Rule == "node-connect" && e.Severity == "critical"
 		}
-		if found {
+		if meta && node {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no refused metadata connect among (wget said %q):\n%s", res.Stdout, dump(oevs))
+			t.Fatalf("no refused metadata and node connects among (nc said %q):\n%s", res.Stdout, dump(oevs))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"sync"
@@ -96,7 +97,7 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 		return nil, nil, err
 	}
 	cu.Add(closeMonitor)
-	closeGuard := d.attachGuard(cg.Parent2())
+	closeGuard := d.attachGuard(cg.Parent2(), nets.Resolvers())
 	cu.Add(closeGuard)
 	closeNets := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -149,6 +150,7 @@ func (d *daemon) startMonitor() (*audit.Recorder, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("[audit] rules: %w", err)
 	}
+	rules = append([]audit.Rule{audit.NodeRule(d.nodePrefixes())}, rules...)
 	mon, err := monitor.Start(d.log.With("part", "monitor"))
 	if err != nil {
 		d.log.Warn("the eBPF monitor cannot run here: sandboxes run unmonitored (their host-side rules are unchanged)", "err", err)
@@ -171,16 +173,35 @@ func (d *daemon) startMonitor() (*audit.Recorder, func(), error) {
 	}, nil
 }
 
+// nodePrefixes are the node's own addresses (its interfaces', loopback
+// aside: a sandbox's 127.0.0.1 is its own) and its sandbox network.
+func (d *daemon) nodePrefixes() []netip.Prefix {
+	out := []netip.Prefix{network.DefaultRange, netip.PrefixFrom(network.DefaultGateway, 32)}
+	if r, err := netip.ParsePrefix(d.cfg.Container.NetworkRange); err == nil {
+		out[0] = r
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && !ip.Unmap().IsLoopback() {
+				ip = ip.Unmap()
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+	}
+	return out
+}
+
 // attachGuard attaches the cgroup-bpf guard to the sandboxes' cgroup2
 // parent (every sandbox's group inherits it) and returns what detaches
 // it. Where it cannot attach, sandboxes keep nftables' and seccomp's
 // refusals of the same things; the node's status says so.
-func (d *daemon) attachGuard(parent2 string) func() {
+func (d *daemon) attachGuard(parent2 string, dns []netip.Addr) func() {
 	if parent2 == "" {
 		d.info.Guard = "unavailable: no cgroup2 hierarchy"
 		return func() {}
 	}
-	g, err := guard.Attach(parent2, guard.DefaultDeny)
+	g, err := guard.Attach(parent2, guard.DefaultDeny, dns)
 	if err != nil {
 		d.log.Warn("the cgroup-bpf guard cannot attach: nftables and seccomp still refuse metadata addresses and raw sockets", "err", err)
 		d.info.Guard = "unavailable: " + err.Error()

@@ -28,10 +28,11 @@ var DefaultDeny = []netip.Prefix{
 	netip.MustParsePrefix("fd00:ec2::254/128"),
 }
 
-// Attach loads the programs, refuses deny, and attaches them to the
-// cgroup2 directory dir (its descendants inherit them). It fails with an
-// error wrapping errdefs.ErrNotSupported where cgroup-bpf cannot load.
-func Attach(dir string, deny []netip.Prefix) (*Guard, error) {
+// Attach loads the programs, refuses deny but for the IPv4 resolvers dns
+// on port 53, and attaches them to the cgroup2 directory dir (its
+// descendants inherit them). It fails with an error wrapping
+// errdefs.ErrNotSupported where cgroup-bpf cannot load.
+func Attach(dir string, deny []netip.Prefix, dns []netip.Addr) (*Guard, error) {
 	_ = rlimit.RemoveMemlock()
 	g := &Guard{}
 	if err := loadGuardObjects(&g.objs, nil); err != nil {
@@ -56,6 +57,15 @@ func Attach(dir string, deny []netip.Prefix) (*Guard, error) {
 		if err := g.objs.Deny6.Put(k, uint8(1)); err != nil {
 			g.Close()
 			return nil, fmt.Errorf("cgroup-bpf guard: denying %s: %w", p, err)
+		}
+	}
+	for _, a := range dns {
+		if a = a.Unmap(); a.Is4() {
+			b := a.As4()
+			if err := g.objs.Dns4.Put(binary.NativeEndian.Uint32(b[:]), uint8(1)); err != nil {
+				g.Close()
+				return nil, fmt.Errorf("cgroup-bpf guard: allowing resolver %s: %w", a, err)
+			}
 		}
 	}
 	for _, a := range []struct {

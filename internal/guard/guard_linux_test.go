@@ -4,6 +4,7 @@ package guard
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,11 +30,17 @@ def connect4():
     except socket.timeout: pass
 def send4():
     socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("169.254.169.254", 53))
+def send_dns():
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("169.254.169.253", 53))
+def send_dns_other_port():
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("169.254.169.253", 80))
 def send_public():
     socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", 9))
 attempt("connect-metadata", connect4)
 attempt("sendto-metadata", send4)
 attempt("sendto-loopback", send_public)
+attempt("sendto-resolver", send_dns)
+attempt("sendto-resolver-80", send_dns_other_port)
 attempt("packet", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
 attempt("raw-icmp", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
 attempt("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
@@ -97,7 +104,7 @@ func TestGuard(t *testing.T) {
 	parent := mkgroup(t, name)
 	guarded := mkgroup(t, name, "sandbox")
 	control := mkgroup(t, name+"-control")
-	g, err := Attach(parent, DefaultDeny)
+	g, err := Attach(parent, DefaultDeny, []netip.Addr{netip.MustParseAddr("169.254.169.253")})
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -105,7 +112,7 @@ func TestGuard(t *testing.T) {
 	got := inGroup(t, guarded)
 	want := map[string]string{
 		"connect-metadata": "EPERM", "sendto-metadata": "EPERM", "raw-icmp": "EPERM",
-		"sendto-loopback": "ok", "netlink": "ok",
+		"sendto-loopback": "ok", "netlink": "ok", "sendto-resolver": "ok", "sendto-resolver-80": "EPERM",
 	}
 	for k, v := range want {
 		if got[k] != v {

@@ -13,5 +13,7 @@ type Guard struct{}
 
 var DefaultDeny []netip.Prefix
 
-func Attach(string, []netip.Prefix) (*Guard, error) { return nil, errdefs.ErrNotSupported }
-func (*Guard) Close() error                         { return nil }
+func Attach(string, []netip.Prefix, []netip.Addr) (*Guard, error) {
+	return nil, errdefs.ErrNotSupported
+}
+func (*Guard) Close() error { return nil }

@@ -31,6 +31,7 @@ type guardKey6 struct {
 const (
 	guardMapDeny4       = "deny4"
 	guardMapDeny6       = "deny6"
+	guardMapDns4        = "dns4"
 	guardProgConnect4   = "connect4"
 	guardProgConnect6   = "connect6"
 	guardProgSendmsg4   = "sendmsg4"
@@ -93,6 +94,7 @@ type guardProgramSpecs struct {
 type guardMapSpecs struct {
 	Deny4 *ebpf.MapSpec `ebpf:"deny4"`
 	Deny6 *ebpf.MapSpec `ebpf:"deny6"`
+	Dns4  *ebpf.MapSpec `ebpf:"dns4"`
 }
 
 // guardVariableSpecs contains global variables before they are loaded into the kernel.
@@ -123,12 +125,14 @@ func (o *guardObjects) Close() error {
 type guardMaps struct {
 	Deny4 *ebpf.Map `ebpf:"deny4"`
 	Deny6 *ebpf.Map `ebpf:"deny6"`
+	Dns4  *ebpf.Map `ebpf:"dns4"`
 }
 
 func (m *guardMaps) Close() error {
 	return _GuardClose(
 		m.Deny4,
 		m.Deny6,
+		m.Dns4,
 	)
 }
 

@@ -176,3 +176,6 @@ func (m *Manager) parseHostIf(name string) (netip.Addr, bool) {
 	}
 	return addrOf(v), true
 }
+
+// Resolvers returns the DNS resolvers offered to sandboxes.
+func (m *Manager) Resolvers() []netip.Addr { return append([]netip.Addr(nil), m.resolvers...) }

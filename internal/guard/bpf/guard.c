@@ -9,6 +9,7 @@
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -43,7 +44,19 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } deny6 SEC(".maps");
 
-static __always_inline int allowed4(__u32 ip) {
+// The node's DNS resolvers, allowed on port 53 even inside a denied range
+// (a cloud's link-local resolver, 169.254.169.253 on AWS).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16);
+	__type(key, __u32);
+	__type(value, __u8);
+} dns4 SEC(".maps");
+
+static __always_inline int allowed4(struct bpf_sock_addr *ctx) {
+	__u32 ip = ctx->user_ip4;
+	if (ctx->user_port == bpf_htons(53) && bpf_map_lookup_elem(&dns4, &ip))
+		return 1;
 	struct key4 k = {.prefixlen = 32, .addr = ip};
 	return bpf_map_lookup_elem(&deny4, &k) ? 0 : 1;
 }
@@ -58,10 +71,10 @@ static __always_inline int allowed6(struct bpf_sock_addr *ctx) {
 }
 
 SEC("cgroup/connect4")
-int connect4(struct bpf_sock_addr *ctx) { return allowed4(ctx->user_ip4); }
+int connect4(struct bpf_sock_addr *ctx) { return allowed4(ctx); }
 
 SEC("cgroup/sendmsg4")
-int sendmsg4(struct bpf_sock_addr *ctx) { return allowed4(ctx->user_ip4); }
+int sendmsg4(struct bpf_sock_addr *ctx) { return allowed4(ctx); }
 
 SEC("cgroup/connect6")
 int connect6(struct bpf_sock_addr *ctx) { return allowed6(ctx); }
