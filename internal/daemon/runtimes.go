@@ -43,12 +43,23 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		}
 	}
 	cu.Add(closeAll)
-	fn, err := function.New(ctx, function.Options{
+	// The audit recorder outlives the runtimes (they report to it until
+	// they close).
+	rec, monitored, closeAudit, err := d.startAudit()
+	if err != nil {
+		return nil, nil, err
+	}
+	cu.Add(closeAudit)
+	fopt := function.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "function"),
 		CacheDir: filepath.Join(d.cfg.DataDir, "cache", "wasm"),
 		Logger:   d.log.With("tier", "function"),
 		PoolSize: d.cfg.Node.FunctionPoolSize,
-	})
+	}
+	if rec != nil {
+		fopt.Audit = rec
+	}
+	fn, err := function.New(ctx, fopt)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -56,7 +67,11 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		return nil, nil, err
 	}
 	if !d.cfg.Container.Disabled {
-		ct, closeDeps, err := d.containerRuntime(ctx, layers)
+		var watcher *audit.Recorder
+		if monitored {
+			watcher = rec
+		}
+		ct, closeDeps, err := d.containerRuntime(ctx, layers, watcher)
 		if err != nil {
 			return nil, nil, fmt.Errorf("container tier (set [container] disabled = true to run without it): %w", err)
 		}
@@ -69,12 +84,12 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		closeAll = func() { closeRuntimes(); closeDeps() }
 	}
 	cu.Release()
-	return reg, closeAll, nil
+	return reg, func() { closeAll(); closeAudit() }, nil
 }
 
 // containerRuntime makes the container tier and the network and cgroup
 // managers it needs; the function returned closes those managers.
-func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache) (*container.Runtime, func(), error) {
+func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache, rec *audit.Recorder) (*container.Runtime, func(), error) {
 	c := d.cfg.Container
 	var cu cleanup.Stack
 	defer cu.Clean()
@@ -92,11 +107,6 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 	if err != nil {
 		return nil, nil, err
 	}
-	rec, closeMonitor, err := d.startMonitor()
-	if err != nil {
-		return nil, nil, err
-	}
-	cu.Add(closeMonitor)
 	closeGuard := d.attachGuard(cg.Parent2(), nets.Resolvers())
 	cu.Add(closeGuard)
 	closeNets := func() {
@@ -110,7 +120,6 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 		if err := cg.Close(ctx); err != nil {
 			d.log.Warn("closing the cgroup manager", "err", err)
 		}
-		closeMonitor()
 		closeGuard()
 	}
 	cu.Add(closeNets)
@@ -135,37 +144,42 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache)
 	return ct, closeNets, nil
 }
 
-// startMonitor starts the eBPF monitor of sandboxes and the recorder of
-// its audit events (nil if disabled or if its programs cannot load here:
-// sandboxes then run unmonitored, under the same host-side rules). The
-// function returned stops both.
-func (d *daemon) startMonitor() (*audit.Recorder, func(), error) {
+// startAudit starts the recorder of audit events (nil if [audit] is
+// disabled) and, where its programs load, the eBPF monitor feeding it
+// (monitored). Without the monitor, container sandboxes run unmonitored
+// under the same host-side rules; the function tier reports its file
+// system events either way. The function returned stops both.
+func (d *daemon) startAudit() (rec *audit.Recorder, monitored bool, stop func(), err error) {
 	none := func() {}
 	a := d.cfg.Audit
 	if a.Disabled {
 		d.info.Monitor = "off"
-		return nil, none, nil
+		return nil, false, none, nil
 	}
 	rules, err := audit.LoadRules(a.Rules)
 	if err != nil {
-		return nil, nil, fmt.Errorf("[audit] rules: %w", err)
+		return nil, false, nil, fmt.Errorf("[audit] rules: %w", err)
 	}
 	rules = append([]audit.Rule{audit.NodeRule(d.nodePrefixes())}, rules...)
-	mon, err := monitor.Start(d.log.With("part", "monitor"))
-	if err != nil {
-		d.log.Warn("the eBPF monitor cannot run here: sandboxes run unmonitored (their host-side rules are unchanged)", "err", err)
-		d.info.Monitor = "unavailable: " + err.Error()
-		return nil, none, nil
-	}
 	js, err := jetstream.New(d.nc)
 	if err != nil {
-		mon.Close()
-		return nil, nil, err
+		return nil, false, nil, err
 	}
-	rec := audit.NewRecorder(mon, rules, audit.JetStreamSink{JS: js}, d.log.With("part", "audit"))
+	sink := audit.JetStreamSink{JS: js}
+	log := d.log.With("part", "audit")
+	if d.cfg.Container.Disabled {
+		return audit.NewRecorder(nil, rules, sink, log), false, none, nil
+	}
+	mon, err := monitor.Start(d.log.With("part", "monitor"))
+	if err != nil {
+		d.log.Warn("the eBPF monitor cannot run here: container sandboxes run unmonitored (their host-side rules are unchanged)", "err", err)
+		d.info.Monitor = "unavailable: " + err.Error()
+		return audit.NewRecorder(nil, rules, sink, log), false, none, nil
+	}
+	rec = audit.NewRecorder(mon, rules, sink, log)
 	d.info.Monitor = "on"
 	var once sync.Once
-	return rec, func() {
+	return rec, true, func() {
 		once.Do(func() {
 			mon.Close()
 			rec.Wait()

@@ -46,6 +46,9 @@ type Options struct {
 	CacheDir string
 	// Logger receives warnings and background errors. Default: discard.
 	Logger *slog.Logger
+	// Audit, if set, records what modules do to the workspace: every
+	// write, delete and rename, allowed or refused by the phase.
+	Audit auditor
 	// PoolSize is the number of instances kept ready per module. Default 2;
 	// negative disables pooling (every call instantiates).
 	PoolSize int

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
 )
@@ -100,8 +101,41 @@ func (s *Sandbox) readOnly(abs string) error {
 	return errdefs.New(errdefs.PermissionDenied, "read_only_path", "%s is read-only in phase %s", abs, s.Phase())
 }
 
+// auditor records a sandbox's events (audit.Recorder).
+type auditor interface {
+	Record(id, phase string, e monitor.Event)
+}
+
+// audit records a module's call on the workspace path p (relative to
+// it) with its result. The names are the Linux system calls' so that the
+// audit rules (test files, startup hooks…) apply as in the container tier.
+func (s *Sandbox) audit(call, p string, errno experimentalsys.Errno) {
+	a := s.rt.opts.Audit
+	if a == nil {
+		return
+	}
+	var ret int64
+	switch errno {
+	case 0:
+	case experimentalsys.EROFS:
+		ret = -30
+	case experimentalsys.EPERM:
+		ret = -1
+	case experimentalsys.EACCES:
+		ret = -13
+	case experimentalsys.ENOENT:
+		ret = -2
+	default:
+		ret = -5 // EIO: some other failure
+	}
+	e := monitor.Event{Time: time.Now(), Kind: monitor.KindSyscall, Syscall: call, Ret: ret,
+		Path: path.Join(FileRoot, strings.TrimLeft(p, "/"))}
+	a.Record(s.spec.ID, s.Phase(), e)
+}
+
 // phaseFS is the workspace as a call's modules see it: writes outside the
-// phase's writable paths fail with EROFS.
+// phase's writable paths fail with EROFS. Every write, delete and rename
+// is audited.
 type phaseFS struct {
 	experimentalsys.FS
 	s *Sandbox
@@ -117,59 +151,84 @@ func (f phaseFS) check(paths ...string) experimentalsys.Errno {
 }
 
 func (f phaseFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode) (experimentalsys.File, experimentalsys.Errno) {
-	if flag&(experimentalsys.O_WRONLY|experimentalsys.O_RDWR|experimentalsys.O_CREAT|experimentalsys.O_TRUNC|experimentalsys.O_APPEND) != 0 {
-		if e := f.check(p); e != 0 {
-			return nil, e
-		}
+	if flag&(experimentalsys.O_WRONLY|experimentalsys.O_RDWR|experimentalsys.O_CREAT|experimentalsys.O_TRUNC|experimentalsys.O_APPEND) == 0 {
+		return f.FS.OpenFile(p, flag, perm)
 	}
-	return f.FS.OpenFile(p, flag, perm)
+	if e := f.check(p); e != 0 {
+		f.s.audit("openat", p, e)
+		return nil, e
+	}
+	file, e := f.FS.OpenFile(p, flag, perm)
+	f.s.audit("openat", p, e)
+	return file, e
 }
 
 func (f phaseFS) Mkdir(p string, perm fs.FileMode) experimentalsys.Errno {
 	if e := f.check(p); e != 0 {
+		f.s.audit("mkdirat", p, e)
 		return e
 	}
-	return f.FS.Mkdir(p, perm)
+	e := f.FS.Mkdir(p, perm)
+	f.s.audit("mkdirat", p, e)
+	return e
 }
 
 func (f phaseFS) Chmod(p string, perm fs.FileMode) experimentalsys.Errno {
 	if e := f.check(p); e != 0 {
+		f.s.audit("fchmodat", p, e)
 		return e
 	}
-	return f.FS.Chmod(p, perm)
+	e := f.FS.Chmod(p, perm)
+	f.s.audit("fchmodat", p, e)
+	return e
 }
 
 func (f phaseFS) Rename(from, to string) experimentalsys.Errno {
 	if e := f.check(from, to); e != 0 {
+		f.s.audit("renameat2", to, e)
 		return e
 	}
-	return f.FS.Rename(from, to)
+	e := f.FS.Rename(from, to)
+	f.s.audit("renameat2", to, e)
+	return e
 }
 
 func (f phaseFS) Rmdir(p string) experimentalsys.Errno {
 	if e := f.check(p); e != 0 {
+		f.s.audit("unlinkat", p, e)
 		return e
 	}
-	return f.FS.Rmdir(p)
+	e := f.FS.Rmdir(p)
+	f.s.audit("unlinkat", p, e)
+	return e
 }
 
 func (f phaseFS) Unlink(p string) experimentalsys.Errno {
 	if e := f.check(p); e != 0 {
+		f.s.audit("unlinkat", p, e)
 		return e
 	}
-	return f.FS.Unlink(p)
+	e := f.FS.Unlink(p)
+	f.s.audit("unlinkat", p, e)
+	return e
 }
 
 func (f phaseFS) Link(oldPath, newPath string) experimentalsys.Errno {
 	if e := f.check(newPath); e != 0 {
+		f.s.audit("linkat", newPath, e)
 		return e
 	}
-	return f.FS.Link(oldPath, newPath)
+	e := f.FS.Link(oldPath, newPath)
+	f.s.audit("linkat", newPath, e)
+	return e
 }
 
 func (f phaseFS) Utimens(p string, atim, mtim int64) experimentalsys.Errno {
 	if e := f.check(p); e != 0 {
+		f.s.audit("utimensat", p, e)
 		return e
 	}
-	return f.FS.Utimens(p, atim, mtim)
+	e := f.FS.Utimens(p, atim, mtim)
+	f.s.audit("utimensat", p, e)
+	return e
 }

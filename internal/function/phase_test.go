@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/audit"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
@@ -70,5 +72,63 @@ func TestPhases(t *testing.T) {
 	}
 	if res := run(t, sb, "", "cat", "/workspace/src/a"); res.Stdout != "a" {
 		t.Errorf("reading in submit: %+v", res)
+	}
+}
+
+// collect is an audit sink for tests.
+type collect struct {
+	mu  sync.Mutex
+	evs []api.AuditEvent
+}
+
+func (c *collect) Append(_ context.Context, e api.AuditEvent) error {
+	c.mu.Lock()
+	c.evs = append(c.evs, e)
+	c.mu.Unlock()
+	return nil
+}
+
+// TestAudit: a module's writes to the workspace are audit events with
+// their verdict and rule; reads are not.
+func TestAudit(t *testing.T) {
+	rules, err := audit.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &collect{}
+	rt := newRuntime(t, t.TempDir(), Options{Audit: audit.NewRecorder(nil, rules, sink, nil)})
+	sb := create(t, rt, func(s *sandbox.Spec) {
+		s.Phases = []api.Phase{{Name: "coding", Writable: []string{"/workspace/src", "/workspace/tests"}}}
+	})
+	ctx := context.Background()
+	for _, d := range []string{"/workspace/src", "/workspace/tests"} {
+		if _, err := sb.Files().Mkdir(ctx, d, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, sb, "a", "write", "/workspace/src/a")
+	run(t, sb, "b", "write", "/workspace/b")
+	run(t, sb, "def test(): pass", "write", "/workspace/tests/test_x.py")
+	run(t, sb, "", "cat", "/workspace/src/a")
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	got := map[string]api.AuditEvent{}
+	for _, e := range sink.evs {
+		got[e.Path] = e
+		if e.Sandbox != sb.ID() || e.Phase != "coding" || e.Syscall != "openat" {
+			t.Errorf("event %+v", e)
+		}
+	}
+	if e := got["/workspace/src/a"]; e.Verdict != "allowed" || e.Rule != "" {
+		t.Errorf("a write under a writable path: %+v", e)
+	}
+	if e := got["/workspace/b"]; e.Verdict != "denied" || e.Result != -30 {
+		t.Errorf("a write the phase refuses: %+v", e)
+	}
+	if e := got["/workspace/tests/test_x.py"]; e.Verdict != "allowed" || e.Rule != "test-tampering" || e.Severity != "high" {
+		t.Errorf("a test file written: %+v", e)
+	}
+	if len(sink.evs) != 3 {
+		t.Errorf("%d events, want the 3 writes (reads are not events)", len(sink.evs))
 	}
 }

@@ -35,10 +35,12 @@ type Event struct {
 }
 
 // Denied reports whether the call was refused by a security check:
-// EPERM (seccomp, capabilities, cgroup-bpf) or EACCES (permissions). Other
-// errors (a missing file, a refused connection) are failures, not
-// denials.
-func (e Event) Denied() bool { return e.Kind == KindSyscall && (e.Ret == -1 || e.Ret == -13) }
+// EPERM (seccomp, capabilities, cgroup-bpf), EACCES (permissions) or
+// EROFS (a path the phase keeps read-only). Other errors (a missing file,
+// a refused connection) are failures, not denials.
+func (e Event) Denied() bool {
+	return e.Kind == KindSyscall && (e.Ret == -1 || e.Ret == -13 || e.Ret == -30)
+}
 
 // Failed reports whether the call returned any other error.
 func (e Event) Failed() bool { return e.Kind == KindSyscall && e.Ret < 0 && !e.Denied() }
