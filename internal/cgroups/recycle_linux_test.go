@@ -36,6 +36,16 @@ func TestRecycle(t *testing.T) {
 	if before.PidsLimited < 1 {
 		t.Fatalf("the first owner was never refused a fork: %+v", before)
 	}
+	// And it used 40 MiB at its peak (freed when it exits).
+	py := start(t, nil, "/usr/bin/python3", "-c", "import sys; sys.stdin.readline(); b = bytearray(b'x') * (40 << 20)")
+	if err := g.AddProc(py.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	py.release(t)
+	_ = py.wait(t, 10*time.Second)
+	if peak := readInt(t, filepath.Join(g.memory, "memory.max_usage_in_bytes")); peak < 40<<20 {
+		t.Fatalf("the first owner's peak is %d bytes, want at least 40 MiB", peak)
+	}
 	if err := g.Freeze(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -62,17 +72,20 @@ func TestRecycle(t *testing.T) {
 		t.Fatalf("Create made %q (memory inode %d, was %d; id %d, was %d), want the kept group", g2.Name(), inode(t, g2.memory), memIno, g2.ID(), g.ID())
 	}
 	want := map[string]string{
-		filepath.Join(g2.pids, "pids.max"):                    "512",
-		filepath.Join(g2.memory, "memory.limit_in_bytes"):     strconv.FormatInt(readInt(t, filepath.Join(filepath.Dir(g2.memory), "memory.limit_in_bytes")), 10),
-		filepath.Join(g2.cpu, "cpu.cfs_quota_us"):             "-1",
-		filepath.Join(g2.cpu, "cpu.shares"):                   "1024",
-		filepath.Join(g2.unified, "cgroup.freeze"):            "0",
-		filepath.Join(g2.memory, "memory.max_usage_in_bytes"): strconv.FormatInt(readInt(t, filepath.Join(g2.memory, "memory.usage_in_bytes")), 10),
+		filepath.Join(g2.pids, "pids.max"):                "512",
+		filepath.Join(g2.memory, "memory.limit_in_bytes"): strconv.FormatInt(readInt(t, filepath.Join(filepath.Dir(g2.memory), "memory.limit_in_bytes")), 10),
+		filepath.Join(g2.cpu, "cpu.cfs_quota_us"):         "-1",
+		filepath.Join(g2.cpu, "cpu.shares"):               "1024",
+		filepath.Join(g2.unified, "cgroup.freeze"):        "0",
 	}
 	for p, v := range want {
 		if got := readTrim(t, p); got != v {
 			t.Errorf("%s = %s, want %s", p, got, v)
 		}
+	}
+	// The high-water mark starts again from what the group holds now.
+	if peak := readInt(t, filepath.Join(g2.memory, "memory.max_usage_in_bytes")); peak >= 20<<20 {
+		t.Errorf("the second owner's memory peak is %d bytes: the first owner's (≥ 40 MiB) carried over", peak)
 	}
 	st, err := g2.Stats()
 	if err != nil {

@@ -1,16 +1,19 @@
 package cli
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/client"
 )
 
 func (a *app) auditCmd() *cobra.Command {
 	var skip, limit int
-	var rulesOnly bool
+	var rulesOnly, integrity bool
 	cmd := &cobra.Command{
 		Use:   "audit ID",
 		Short: "What the node's eBPF monitor saw in a sandbox: execs, watched system calls, their verdicts and the rules they hit",
@@ -19,6 +22,9 @@ func (a *app) auditCmd() *cobra.Command {
 			c, err := a.client()
 			if err != nil {
 				return err
+			}
+			if integrity {
+				return a.printIntegrity(cmd, c, argv[0])
 			}
 			evs, err := c.AuditEvents(cmd.Context(), argv[0], skip, limit)
 			if err != nil {
@@ -57,5 +63,36 @@ func (a *app) auditCmd() *cobra.Command {
 	cmd.Flags().IntVar(&skip, "skip", 0, "events to skip")
 	cmd.Flags().IntVar(&limit, "limit", 0, "most events to show (default: the server's, 1000)")
 	cmd.Flags().BoolVar(&rulesOnly, "rules", false, "only events that hit a rule")
+	cmd.Flags().BoolVar(&integrity, "integrity", false, "the sandbox's integrity report instead: phases, rules hit, refused actions")
 	return cmd
+}
+
+// printIntegrity prints sandbox id's integrity report.
+func (a *app) printIntegrity(cmd *cobra.Command, c *client.Client, id string) error {
+	r, err := c.Integrity(cmd.Context(), id)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(cmd.OutOrStdout(), r)
+	}
+	w := cmd.OutOrStdout()
+	phases := make([]string, len(r.Phases))
+	for i, p := range r.Phases {
+		phases[i] = p.Phase
+	}
+	verdict := "clean"
+	if r.Suspicious {
+		verdict = "SUSPICIOUS"
+	}
+	fmt.Fprintf(w, "%s: %s (monitored: %v, sealed grading: %v)\n", r.Sandbox, verdict, r.Monitored, r.SealedGrading)
+	fmt.Fprintf(w, "phases: %s\nevents: %d, refused: %d\n", strings.Join(phases, " → "), r.Events, r.Denied)
+	if len(r.Rules) == 0 {
+		return nil
+	}
+	tw := newTable(w, "RULE", "SEVERITY", "COUNT", "FIRST")
+	for _, rc := range r.Rules {
+		row(tw, rc.Rule, rc.Severity, strconv.Itoa(rc.Count), rc.First.Local().Format(time.TimeOnly+".000"))
+	}
+	return tw.Flush()
 }

@@ -27,6 +27,16 @@ func TestAudit(t *testing.T) {
 	if len(queries) != 1 || queries[0] != "limit=5" {
 		t.Errorf("queries %v", queries)
 	}
+	mux.HandleFunc("GET /v1/sandboxes/{id}/integrity", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, api.IntegrityReport{Sandbox: "sb-1", Phases: []api.PhaseChange{{Phase: "setup"}, {Phase: "coding"}},
+			Events: 9, Denied: 2, Suspicious: true, Monitored: true,
+			Rules: []api.RuleCount{{Rule: "mount", Severity: "high", Count: 2}}, BySeverity: map[string]int{"high": 2}})
+	})
+	res = dsec(t, mux, "audit", "--integrity", "sb-1")
+	if res.code != 0 || !strings.Contains(res.stdout, "SUSPICIOUS") || !strings.Contains(res.stdout, "setup → coding") ||
+		!strings.Contains(res.stdout, "refused: 2") || !strings.Contains(res.stdout, "mount") {
+		t.Errorf("audit --integrity: %+v", res)
+	}
 	res = dsec(t, mux, "--json", "audit", "sb-1")
 	var evs []api.AuditEvent
 	if err := json.Unmarshal([]byte(res.stdout), &evs); err != nil || len(evs) != 2 {
