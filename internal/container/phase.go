@@ -132,7 +132,8 @@ func (r *Runtime) applyPhase(ctx context.Context, sb *Sandbox, p api.Phase, old 
 	}
 	switch {
 	case sb.state.Netns != "":
-		if old == nil || !equalPolicy(old.Network, p.Network) {
+		// At create (old nil) Acquire applied the first phase's policy.
+		if old != nil && !equalPolicy(old.Network, p.Network) {
 			if err := r.opt.Network.SetPolicy(ctx, sb.id, policy); err != nil {
 				return err
 			}
@@ -140,7 +141,14 @@ func (r *Runtime) applyPhase(ctx context.Context, sb *Sandbox, p api.Phase, old 
 	case !policy.Isolated():
 		return errdefs.New(errdefs.Internal, "phase_network_unavailable", "phase %s has a network, and the sandbox was made without one", p.Name)
 	}
-	if old == nil || !slices.Equal(old.Writable, p.Writable) || (old.Writable == nil) != (p.Writable == nil) {
+	// A new sandbox's root is all writable already.
+	var changed bool
+	if old == nil {
+		changed = !sandbox.WholeRootWritable(p)
+	} else {
+		changed = !slices.Equal(old.Writable, p.Writable) || (old.Writable == nil) != (p.Writable == nil)
+	}
+	if changed {
 		if err := r.setWritable(sb, p, old); err != nil {
 			return err
 		}

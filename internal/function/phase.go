@@ -154,81 +154,50 @@ func (f phaseFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode
 	if flag&(experimentalsys.O_WRONLY|experimentalsys.O_RDWR|experimentalsys.O_CREAT|experimentalsys.O_TRUNC|experimentalsys.O_APPEND) == 0 {
 		return f.FS.OpenFile(p, flag, perm)
 	}
-	if e := f.check(p); e != 0 {
-		f.s.audit("openat", p, e)
-		return nil, e
-	}
-	file, e := f.FS.OpenFile(p, flag, perm)
-	f.s.audit("openat", p, e)
+	var file experimentalsys.File
+	e := f.write("openat", func() (e experimentalsys.Errno) {
+		file, e = f.FS.OpenFile(p, flag, perm)
+		return e
+	}, p)
 	return file, e
 }
 
-func (f phaseFS) Mkdir(p string, perm fs.FileMode) experimentalsys.Errno {
-	if e := f.check(p); e != 0 {
-		f.s.audit("mkdirat", p, e)
-		return e
+// write runs op, a change to the workspace at paths, if the phase lets
+// all of them be written (EROFS otherwise), and audits it as call on the
+// last path.
+func (f phaseFS) write(call string, op func() experimentalsys.Errno, paths ...string) experimentalsys.Errno {
+	e := f.check(paths...)
+	if e == 0 {
+		e = op()
 	}
-	e := f.FS.Mkdir(p, perm)
-	f.s.audit("mkdirat", p, e)
+	f.s.audit(call, paths[len(paths)-1], e)
 	return e
+}
+
+func (f phaseFS) Mkdir(p string, perm fs.FileMode) experimentalsys.Errno {
+	return f.write("mkdirat", func() experimentalsys.Errno { return f.FS.Mkdir(p, perm) }, p)
 }
 
 func (f phaseFS) Chmod(p string, perm fs.FileMode) experimentalsys.Errno {
-	if e := f.check(p); e != 0 {
-		f.s.audit("fchmodat", p, e)
-		return e
-	}
-	e := f.FS.Chmod(p, perm)
-	f.s.audit("fchmodat", p, e)
-	return e
+	return f.write("fchmodat", func() experimentalsys.Errno { return f.FS.Chmod(p, perm) }, p)
 }
 
 func (f phaseFS) Rename(from, to string) experimentalsys.Errno {
-	if e := f.check(from, to); e != 0 {
-		f.s.audit("renameat2", to, e)
-		return e
-	}
-	e := f.FS.Rename(from, to)
-	f.s.audit("renameat2", to, e)
-	return e
+	return f.write("renameat2", func() experimentalsys.Errno { return f.FS.Rename(from, to) }, from, to)
 }
 
 func (f phaseFS) Rmdir(p string) experimentalsys.Errno {
-	if e := f.check(p); e != 0 {
-		f.s.audit("unlinkat", p, e)
-		return e
-	}
-	e := f.FS.Rmdir(p)
-	f.s.audit("unlinkat", p, e)
-	return e
+	return f.write("unlinkat", func() experimentalsys.Errno { return f.FS.Rmdir(p) }, p)
 }
 
 func (f phaseFS) Unlink(p string) experimentalsys.Errno {
-	if e := f.check(p); e != 0 {
-		f.s.audit("unlinkat", p, e)
-		return e
-	}
-	e := f.FS.Unlink(p)
-	f.s.audit("unlinkat", p, e)
-	return e
+	return f.write("unlinkat", func() experimentalsys.Errno { return f.FS.Unlink(p) }, p)
 }
 
 func (f phaseFS) Link(oldPath, newPath string) experimentalsys.Errno {
-	if e := f.check(newPath); e != 0 {
-		f.s.audit("linkat", newPath, e)
-		return e
-	}
-	e := f.FS.Link(oldPath, newPath)
-	f.s.audit("linkat", newPath, e)
-	return e
+	return f.write("linkat", func() experimentalsys.Errno { return f.FS.Link(oldPath, newPath) }, newPath)
 }
 
 func (f phaseFS) Utimens(p string, atim, mtim int64) experimentalsys.Errno {
-	if e := f.check(p); e != 0 {
-		f.s.audit("utimensat", p, e)
-		return e
-	}
-	e := f.FS.Utimens(p, atim, mtim)
-	f.s.audit("utimensat", p, e)
-	return e
+	return f.write("utimensat", func() experimentalsys.Errno { return f.FS.Utimens(p, atim, mtim) }, p)
 }
