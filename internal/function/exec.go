@@ -82,6 +82,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	case <-s.life.Done():
 		return api.ExecResult{}, sandbox.ErrGone(s.spec.ID)
 	}
+	// The call belongs to the phase current when it starts running: read
+	// before running counts it, so that a SetPhase which sees the call
+	// running also ends it.
+	phase, phaseCalls := s.current()
 	start := time.Now()
 	s.running.Add(1)
 	defer func() {
@@ -93,7 +97,6 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
 	// A change of phase ends the calls of the earlier one.
-	phase, phaseCalls := s.current()
 	defer context.AfterFunc(phaseCalls, cancel)()
 
 	inst, hit, err := m.pool.get(cctx)
