@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/monitor"
@@ -27,7 +28,10 @@ type Rule struct {
 	Name        string `json:"name"`
 	Severity    string `json:"severity"`
 	Description string `json:"description"`
-	Match       Match  `json:"match"`
+	// Refs are the security catalogue's attacks and reward hacks the
+	// rule watches for (research/security-catalogue.md: A1–A64, R1–R17).
+	Refs  []string `json:"refs,omitempty"`
+	Match Match    `json:"match"`
 }
 
 // Match is what an event must have, every field given (empty: any).
@@ -44,6 +48,14 @@ type Match struct {
 	Arg0 []uint64 `json:"arg0,omitempty"`
 	// ArgvAny lists words one of which an exec's arguments must contain.
 	ArgvAny []string `json:"argv_any,omitempty"`
+	// ModeBits, if not 0, requires the call's mode argument (chmod's,
+	// fchmodat's, mknod's… see modeArg) to have one of these bits: 06000
+	// the setuid and setgid bits, 020000 a character or block device.
+	ModeBits uint64 `json:"mode_bits,omitempty"`
+	// Ports lists destination ports of a connect.
+	Ports []uint16 `json:"ports,omitempty"`
+	// Errno lists errors the call must have returned (28 ENOSPC…).
+	Errno []int64 `json:"errno,omitempty"`
 	// Denied, if set, requires the call to have been refused (true) or
 	// allowed (false).
 	Denied *bool `json:"denied,omitempty"`
@@ -86,10 +98,20 @@ func parseRules(b []byte, what string) ([]Rule, error) {
 	if err := json.Unmarshal(b, &rules); err != nil {
 		return nil, fmt.Errorf("audit rules in %s: %w", what, err)
 	}
+	names := map[string]bool{}
 	for i := range rules {
 		r := &rules[i]
 		if r.Name == "" || !slices.Contains(severities, r.Severity) {
 			return nil, fmt.Errorf("audit rules in %s: rule %d needs a name and a severity (%s)", what, i, strings.Join(severities, ", "))
+		}
+		if names[r.Name] {
+			return nil, fmt.Errorf("audit rules in %s: two rules named %s", what, r.Name)
+		}
+		names[r.Name] = true
+		for _, ref := range r.Refs {
+			if !validRef(ref) {
+				return nil, fmt.Errorf("audit rule %s: %q is no catalogue entry (A1–A64, R1–R17)", r.Name, ref)
+			}
 		}
 		for _, c := range r.Match.CIDRs {
 			p, err := netip.ParsePrefix(c)
@@ -107,6 +129,25 @@ func parseRules(b []byte, what string) ([]Rule, error) {
 	return rules, nil
 }
 
+// validRef reports whether ref names an entry of the security catalogue:
+// an attack A1–A64 or a reward hack R1–R17.
+func validRef(ref string) bool {
+	if len(ref) < 2 {
+		return false
+	}
+	n, err := strconv.Atoi(ref[1:])
+	if err != nil || ref[1] == '0' || ref[1] == '+' || ref[1] == '-' {
+		return false
+	}
+	switch ref[0] {
+	case 'A':
+		return n >= 1 && n <= 64
+	case 'R':
+		return n >= 1 && n <= 17
+	}
+	return false
+}
+
 // Matches reports whether e matches the rule.
 func (r *Rule) Matches(e monitor.Event) bool {
 	m := &r.Match
@@ -115,8 +156,16 @@ func (r *Rule) Matches(e monitor.Event) bool {
 		len(m.Syscalls) > 0 && !slices.Contains(m.Syscalls, e.Syscall),
 		len(m.Arg0) > 0 && !slices.Contains(m.Arg0, e.Args[0]),
 		len(m.ArgvAny) > 0 && !slices.ContainsFunc(e.Argv, func(a string) bool { return slices.Contains(m.ArgvAny, a) }),
-		m.Denied != nil && *m.Denied != e.Denied():
+		m.Denied != nil && *m.Denied != e.Denied(),
+		len(m.Errno) > 0 && !slices.Contains(m.Errno, -e.Ret),
+		len(m.Ports) > 0 && (!e.Addr.IsValid() || !slices.Contains(m.Ports, e.Addr.Port())):
 		return false
+	}
+	if m.ModeBits != 0 {
+		i, ok := modeArg[e.Syscall]
+		if !ok || e.Kind != monitor.KindSyscall || e.Args[i]&m.ModeBits == 0 {
+			return false
+		}
 	}
 	if len(m.prefixes) > 0 {
 		a := e.Addr.Addr().Unmap()
@@ -129,6 +178,9 @@ func (r *Rule) Matches(e monitor.Event) bool {
 	}
 	return true
 }
+
+// modeArg is the index of the mode argument of the calls that have one.
+var modeArg = map[string]int{"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "mknod": 1, "mknodat": 2}
 
 // matchPath matches name against pattern, "**" spanning any number of
 // path elements (none included).
@@ -168,7 +220,8 @@ func matchParts(pat, name []string) bool {
 // precisely).
 func NodeRule(prefixes []netip.Prefix) Rule {
 	r := Rule{Name: "node-connect", Severity: "critical",
-		Description: "a connect to the node's own addresses or its sandbox network (the API, control plane, NATS, other sandboxes)"}
+		Description: "a connect to the node's own addresses or its sandbox network (the API, control plane, NATS, other sandboxes: A32, A33, A34, R9)",
+		Refs:        []string{"A32", "A33", "A34", "R9"}}
 	r.Match.Syscalls = []string{"connect"}
 	for _, p := range prefixes {
 		r.Match.CIDRs = append(r.Match.CIDRs, p.String())

@@ -52,4 +52,57 @@ var watchedSyscalls = map[uint32]struct {
 	82:  {"rename", reportPath0},
 	264: {"renameat", reportPath1},
 	316: {"renameat2", reportPath1},
+	// The kernel surface of the catalogue (A14–A27, A52, A56, A58, A59,
+	// A64): the audit rules name them.
+	53:  {"socketpair", reportCall},
+	323: {"userfaultfd", reportCall},
+	248: {"add_key", reportCall},
+	249: {"request_key", reportCall},
+	250: {"keyctl", reportCall},
+	227: {"clock_settime", reportCall},
+	164: {"settimeofday", reportCall},
+	159: {"adjtimex", reportCall},
+	305: {"clock_adjtime", reportCall},
+	133: {"mknod", reportPath0},
+	259: {"mknodat", reportPath1},
+	303: {"name_to_handle_at", reportPath1},
+	304: {"open_by_handle_at", reportCall},
+	135: {"personality", reportCall},
+	312: {"kcmp", reportCall},
+	438: {"pidfd_getfd", reportCall},
+	319: {"memfd_create", reportPath0},
+	141: {"setpriority", reportCall},
+	144: {"sched_setscheduler", reportCall},
+	314: {"sched_setattr", reportCall},
+	160: {"setrlimit", reportCall},
+	302: {"prlimit64", reportCall},
+	172: {"iopl", reportCall},
+	173: {"ioperm", reportCall},
+	167: {"swapon", reportPath0},
+	168: {"swapoff", reportPath0},
+	163: {"acct", reportPath0},
+	179: {"quotactl", reportCall},
+	320: {"kexec_file_load", reportCall},
+	90:  {"chmod", reportPath0},
+	91:  {"fchmod", reportCall},
+	268: {"fchmodat", reportPath1},
+	452: {"fchmodat2", reportPath1},
+	188: {"setxattr", reportPath0},
+	189: {"lsetxattr", reportPath0},
+	190: {"fsetxattr", reportCall},
+	285: {"fallocate", reportCall},
+	428: {"open_tree", reportPath1},
+	429: {"move_mount", reportCall},
+	430: {"fsopen", reportPath0},
+	432: {"fsmount", reportCall},
+}
+
+// SyscallNames returns the names of the system calls the monitor
+// reports (for checks that audit rules name only those).
+func SyscallNames() []string {
+	out := make([]string, 0, len(watchedSyscalls))
+	for _, s := range watchedSyscalls {
+		out = append(out, s.name)
+	}
+	return out
 }
