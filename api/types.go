@@ -152,9 +152,10 @@ type IntegrityReport struct {
 	// severity (low, medium, high, critical).
 	Rules      []RuleCount    `json:"rules"`
 	BySeverity map[string]int `json:"by_severity"`
-	// SealedGrading says whether a sealed grading ran (not yet available:
-	// always false).
-	SealedGrading bool `json:"sealed_grading"`
+	// SealedGrading says whether a sealed grading ran (POST …/grade);
+	// Grades are the gradings, oldest first.
+	SealedGrading bool           `json:"sealed_grading"`
+	Grades        []GradeSummary `json:"grades"`
 	// Suspicious: a rule of high or critical severity was hit.
 	Suspicious bool `json:"suspicious"`
 	// Monitored: the node's monitor watched the sandbox (false where it

@@ -201,3 +201,22 @@ func (c *Client) ListAllSandboxes(ctx context.Context, opts ListOptions) ([]api.
 		opts.PageToken = l.NextPageToken
 	}
 }
+
+// Grade runs a sealed grading of the sandbox's work (POST …/grade): the
+// call lasts as long as the grader, so the client's timeout is extended
+// by the request's (default 300 s) plus two minutes for the sandbox.
+func (c *Client) Grade(ctx context.Context, id string, req api.GradeRequest) (*api.GradeResult, error) {
+	p, err := sandboxPath(id, "/grade")
+	if err != nil {
+		return nil, err
+	}
+	wait := req.TimeoutS
+	if wait <= 0 {
+		wait = 300
+	}
+	var res api.GradeResult
+	if err := c.call(ctx, http.MethodPost, p, req, &res, time.Duration(wait*float64(time.Second))+2*time.Minute); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}

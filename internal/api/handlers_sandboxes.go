@@ -133,6 +133,21 @@ func (s *Server) setPhase(w http.ResponseWriter, r *http.Request, owner string) 
 	writeJSON(w, http.StatusOK, sb)
 }
 
+// grade runs a sealed grading; it takes as long as the grader does.
+func (s *Server) grade(w http.ResponseWriter, r *http.Request, owner string) {
+	var req wire.GradeRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.mgr.Grade(r.Context(), owner, r.PathValue("id"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, owner string) {
 	var req wire.SetTimeoutRequest
 	if err := s.decode(w, r, &req); err != nil {

@@ -102,6 +102,7 @@ func (s *Server) routes() {
 	priv("POST /v1/sandboxes/{id}/phase", s.setPhase)
 	priv("GET /v1/sandboxes/{id}/events", s.auditEvents)
 	priv("GET /v1/sandboxes/{id}/integrity", s.integrity)
+	priv("POST /v1/sandboxes/{id}/grade", s.grade)
 	priv("GET /v1/sandboxes/{id}/stats", s.sandboxStats)
 	priv("POST /v1/sandboxes/{id}/exec", s.exec)
 	priv("POST /v1/sandboxes/{id}/exec/stream", s.execStream)

@@ -25,6 +25,7 @@ func (a *app) sandboxCmd() *cobra.Command {
 		a.sandboxRemoveCmd(),
 		a.sandboxTimeoutCmd(),
 		a.sandboxPhaseCmd(),
+		a.sandboxGradeCmd(),
 	)
 	return cmd
 }

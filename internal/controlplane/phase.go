@@ -144,7 +144,11 @@ func (m *Manager) Integrity(ctx context.Context, owner, id string) (api.Integrit
 	if err != nil {
 		return api.IntegrityReport{}, err
 	}
-	r := api.IntegrityReport{Sandbox: id, Phases: rec.PhaseHistory, Rules: []api.RuleCount{}, BySeverity: map[string]int{}}
+	r := api.IntegrityReport{Sandbox: id, Phases: rec.PhaseHistory, Rules: []api.RuleCount{}, BySeverity: map[string]int{},
+		SealedGrading: len(rec.Grades) > 0, Grades: slices.Clone(rec.Grades)}
+	if r.Grades == nil {
+		r.Grades = []api.GradeSummary{}
+	}
 	if r.Phases == nil {
 		r.Phases = []api.PhaseChange{}
 	}

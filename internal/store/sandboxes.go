@@ -30,6 +30,9 @@ type SandboxRecord struct {
 	StateSince time.Time `json:"state_since"`
 	// PhaseHistory lists the phases the sandbox entered, in order.
 	PhaseHistory []api.PhaseChange `json:"phase_history,omitempty"`
+	// Grades are the sealed gradings run for the sandbox, oldest first
+	// (the last maxGrades).
+	Grades []api.GradeSummary `json:"grades,omitempty"`
 }
 
 // GetSandbox returns the record and its revision; NotFound if absent.

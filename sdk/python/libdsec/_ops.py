@@ -350,6 +350,54 @@ def integrity(sandbox_id: str, timeout: float) -> Op[dict[str, Any]]:
     return dict(json_body(resp))
 
 
+def grade(
+    sandbox_id: str,
+    tests_layer: str,
+    command: str | Iterable[str],
+    *,
+    report: str | None = None,
+    expected_tests: int | None = None,
+    carry: Sequence[str] | None = None,
+    sealed: Sequence[str] | None = None,
+    protected: Sequence[str] | None = None,
+    envs: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    timeout_s: float | None = None,
+    request_timeout: float,
+) -> Op[dict[str, Any]]:
+    """POST …/grade. The call lasts as long as the grader: its HTTP timeout
+    is the grader's (default 300 s) plus two minutes for the sandbox."""
+    if not isinstance(tests_layer, str) or not tests_layer:
+        raise InvalidArgumentError("tests_layer must name the layer with the pristine tests")
+    body: dict[str, Any] = {"tests_layer": tests_layer}
+    if isinstance(command, str):
+        if not command.strip():
+            raise InvalidArgumentError("command is empty")
+        body["command"] = command
+    else:
+        argv = list(command)
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise InvalidArgumentError("command must be a command line or a non-empty list of strings")
+        body["cmd"] = argv
+    for key, value in (("report", report), ("cwd", cwd)):
+        if value is not None:
+            body[key] = value
+    for key, seq in (("carry", carry), ("sealed", sealed), ("protected", protected)):
+        if seq is not None:
+            if isinstance(seq, str):
+                raise InvalidArgumentError(f"{key} must be a list of paths, not a string")
+            body[key] = list(seq)
+    if expected_tests is not None:
+        body["expected_tests"] = int(expected_tests)
+    if envs:
+        body["env"] = dict(envs)
+    if timeout_s is not None:
+        body["timeout_s"] = float(timeout_s)
+    wait = (timeout_s or 300) + 120 + request_timeout
+    resp = yield Call("POST", sandbox_path(sandbox_id, "grade"), wait, json=body)
+    return dict(json_body(resp))
+
+
 def sandbox_stats(sandbox_id: str, timeout: float) -> Op[SandboxStats]:
     resp = yield Call("GET", sandbox_path(sandbox_id, "stats"), timeout)
     return SandboxStats.from_json(json_body(resp))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Iterable, List, Mapping
+from typing import Any, Iterable, List, Mapping, Sequence
 
 from . import _ops
 from ._http import Client
@@ -219,6 +219,42 @@ class Sandbox:
         ``by_severity``, ``denied`` actions, ``suspicious`` (a high or
         critical rule was hit), ``monitored`` and ``sealed_grading``."""
         return self._client.run(_ops.integrity(self.sandbox_id, self._rt))
+
+    def grade(
+        self,
+        tests_layer: str,
+        command: str | Sequence[str],
+        *,
+        report: str | None = None,
+        expected_tests: int | None = None,
+        carry: Sequence[str] | None = None,
+        sealed: Sequence[str] | None = None,
+        protected: Sequence[str] | None = None,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+    ) -> dict:
+        """Grade the sandbox's work in a sealed sandbox and return the
+        ``GradeResult`` (a dict): a fresh sandbox from the same image with
+        ``tests_layer`` (pristine tests the agent never had) on top, the
+        agent's files under ``carry`` (default ``["/workspace"]``) less
+        protected ones (conftest.py, .pth, sitecustomize, test config,
+        result files) and anything under ``sealed`` (default
+        ``["/workspace/tests"]``), no network and none of the agent's
+        processes. ``command`` must write a JUnit report to ``report``
+        (default ``/tmp/dsec-grade/junit.xml``); the server parses it:
+        ``verdict`` is ``"passed"`` only if every test ran and passed (none
+        skipped, at least ``expected_tests``), ``"failed"`` or ``"error"``
+        (no usable report) otherwise, with ``reason``, per-test ``cases``,
+        ``discarded`` files and the rollout's ``integrity`` report. The
+        grader's exit code never decides the verdict."""
+        return self._client.run(
+            _ops.grade(
+                self.sandbox_id, tests_layer, command, report=report, expected_tests=expected_tests,
+                carry=carry, sealed=sealed, protected=protected, envs=envs, cwd=cwd, timeout_s=timeout,
+                request_timeout=self._rt,
+            )
+        )
 
     @property
     def phase(self) -> str:

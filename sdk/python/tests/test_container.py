@@ -19,6 +19,7 @@ from libdsec import (
     ConflictError,
     ConnectionError,
     InvalidArgumentError,
+    Layer,
     NotFoundError,
     Sandbox,
     SandboxNotRunningError,
@@ -323,3 +324,37 @@ def test_container_audit_events(conn: Conn, labels: dict[str, str]) -> None:
         assert {r["rule"] for r in rep["rules"]} >= {"mount", "test-tampering"}, rep
     # The record outlives the sandbox.
     assert len(sb.events()) >= len(evs)
+
+
+def test_container_sealed_grading(conn: Conn, labels: dict[str, str], tmp_path) -> None:
+    """sb.grade: the verdict of pristine tests on the agent's work, whatever
+    the agent did to its copy of the tests."""
+    tests = tmp_path / "layer" / "workspace" / "tests"
+    tests.mkdir(parents=True)
+    (tests / "run.sh").write_text(
+        'mkdir -p "$(dirname "$1")"; . /workspace/solution.sh; c=""\n'
+        "for t in /workspace/tests/test_*.sh; do n=$(basename $t .sh)\n"
+        '  if ( . $t ); then c="$c<testcase name=\\"$n\\"/>"; '
+        'else c="$c<testcase name=\\"$n\\"><failure/></testcase>"; fi\ndone\n'
+        'echo "<testsuite>$c</testsuite>" > "$1"\n'
+    )
+    (tests / "test_add.sh").write_text('[ "$(add 2 3)" = 5 ]\n')
+    Layer.build_dir(tmp_path / "layer", name="tests/sdk-adder:v1", url=conn["url"], token=conn["token"])
+    cmd = ["sh", "/workspace/tests/run.sh", "/tmp/dsec-grade/junit.xml"]
+    for solution, hack, verdict in (
+        ("add() { echo $(($1 + $2)); }", "", "passed"),
+        ("add() { echo 0; }", "echo 'exit 0' > /workspace/tests/test_add.sh", "failed"),
+    ):
+        with Sandbox.create(tier="container", image="busybox", metadata=labels, **conn) as sb:
+            sb.files.write("/workspace/solution.sh", solution + "\n")
+            if hack:
+                sb.commands.run("mkdir -p /workspace/tests && " + hack)
+            res = sb.grade("tests/sdk-adder:v1", cmd, expected_tests=1)
+            assert res["verdict"] == verdict and res["tests"] == 1, res
+            assert res["cases"][0]["name"] == "test_add", res
+            assert res["integrity"]["sealed_grading"], res
+            assert sb.integrity()["grades"][-1]["verdict"] == verdict
+    with Sandbox.create(tier="container", image="busybox", metadata=labels, **conn) as sb:
+        with pytest.raises(InvalidArgumentError) as e:
+            sb.grade("tests/sdk-adder:v1", cmd, report="relative/junit.xml")
+        assert e.value.code == "invalid_grade"
