@@ -77,6 +77,7 @@ bench-container: deps-bench build
 	$(GO) test -run '^$$' -bench 'CreatePhases' -benchtime 300x ./internal/container/
 	$(GO) test -run '^$$' -bench '^BenchmarkMonitor$$' -benchtime 10x ./internal/container/
 	$(GO) test -run '^$$' -bench '^BenchmarkPhaseChange$$' -benchtime 100x ./internal/container/
+	$(GO) test -run '^$$' -bench '^BenchmarkGrade$$' -benchtime 20x ./internal/daemon/
 	$(GO) test -run '^$$' -bench 'Density' -benchtime 1x -timeout 60m ./internal/container/
 	/usr/bin/python3 sdk/python/bench/bench_container.py --dsec $(BIN)
 

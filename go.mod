@@ -23,6 +23,7 @@ require (
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/vishvananda/netlink v1.3.1
 	golang.org/x/net v0.60.0
+	golang.org/x/sync v0.22.0
 	golang.org/x/sys v0.49.0
 	golang.org/x/time v0.16.0
 	sigs.k8s.io/yaml v1.6.0
@@ -49,6 +50,5 @@ require (
 	github.com/vishvananda/netns v0.0.5 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

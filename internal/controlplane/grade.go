@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/grading"
 	"github.com/dsec-dev/dsec/internal/store"
+	"golang.org/x/sync/errgroup"
 )
 
 // Sealed grading (POST /v1/sandboxes/{id}/grade). The grader never runs
@@ -35,6 +36,8 @@ const (
 	maxGrades = 16
 	// gradeOutput is how much of the grader's output a result keeps.
 	gradeOutput = 8 << 10
+	// copyWorkers is how many files a grading copies at once.
+	copyWorkers = 8
 	// gradeLabel marks a grading sandbox with the sandbox it grades.
 	gradeLabel = "dsec.grade-of"
 )
@@ -211,8 +214,11 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 }
 
 // carry copies the files under dirs of sandbox from into sandbox to, as
-// f lets through, counting them in res.
+// f lets through, counting them in res. Directories are made in order
+// first; files then copy copyWorkers at a time (each is a round trip to
+// both sandboxes' nodes).
 func (m *Manager) carry(ctx context.Context, owner, from, to string, dirs []string, f *grading.Filter, res *api.GradeResult) error {
+	var files []api.FileInfo
 	for _, dir := range dirs {
 		entries, err := m.ListFiles(ctx, owner, from, dir, 32)
 		if errdefs.ClassOf(err) == errdefs.NotFound {
@@ -247,12 +253,15 @@ func (m *Manager) carry(ctx context.Context, owner, from, to string, dirs []stri
 			if res.CarriedBytes += e.Size; res.CarriedBytes > maxGradeBytes {
 				return errdefs.New(errdefs.TooLarge, "state_too_large", "more than %d bytes to carry", maxGradeBytes)
 			}
-			if err := m.copyFile(ctx, owner, from, to, e); err != nil {
-				return err
-			}
+			files = append(files, e)
 		}
 	}
-	return nil
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(copyWorkers)
+	for _, e := range files {
+		g.Go(func() error { return m.copyFile(gctx, owner, from, to, e) })
+	}
+	return g.Wait()
 }
 
 func (m *Manager) copyFile(ctx context.Context, owner, from, to string, e api.FileInfo) error {

@@ -42,7 +42,7 @@ func containerNames() (testenv.Sandboxes, netip.Prefix) {
 // directory (the tier refuses one they cannot reach: see
 // container.reachable). The daemon's tests run one at a time, so every
 // daemon of the process can share the names.
-func withContainers(t *testing.T) func(*config.Config) {
+func withContainers(t testing.TB) func(*config.Config) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the container tier needs root (namespaces, mounts, cgroups, nftables)")
@@ -74,7 +74,7 @@ func withContainers(t *testing.T) func(*config.Config) {
 // must fit in a unix socket address's 108 bytes, which t.TempDir's long
 // names do not leave room for. Its name starts with "Test" so that
 // testenv.SweepStale finds its mounts if the test is killed.
-func containerDataDir(t *testing.T) string {
+func containerDataDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "TestCt")
 	if err != nil {
@@ -98,7 +98,7 @@ func containerDataDir(t *testing.T) string {
 
 // startContainers runs `dsec up` with the container tier on, then
 // applies more adjustments.
-func startContainers(t *testing.T, more ...func(*config.Config)) *up {
+func startContainers(t testing.TB, more ...func(*config.Config)) *up {
 	t.Helper()
 	on := withContainers(t)
 	dir := containerDataDir(t)

@@ -52,16 +52,9 @@ const (
 // gradeCmd runs the grader with its report where the grading expects it.
 var gradeCmd = []string{"sh", "/workspace/tests/run.sh", "/tmp/dsec-grade/junit.xml"}
 
-// TestSealedGrading: POST /grade gives the right verdict for an honest
-// solution and for each reward hack — tests edited, hooks and test
-// configuration added, an exit-0 grader, skips, fake result files — each
-// of which fools the same grader run in the agent's own sandbox (the
-// negative control); the integrity report records the gradings and what
-// the agent did.
-func TestSealedGrading(t *testing.T) {
-	u := startContainers(t)
-	c := u.c
-	ctx := context.Background()
+// importGradeTests uploads gradeTests as the layer tests/adder:v1.
+func importGradeTests(t testing.TB, c *client.Client) {
+	t.Helper()
 	src := t.TempDir()
 	for name, body := range gradeTests {
 		p := filepath.Join(src, "workspace", name)
@@ -74,9 +67,22 @@ func TestSealedGrading(t *testing.T) {
 	if err := tardir.Write(src, &tarBuf); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ImportLayer(ctx, client.KindTar, &tarBuf, "tests/adder:v1"); err != nil {
+	if _, err := c.ImportLayer(context.Background(), client.KindTar, &tarBuf, "tests/adder:v1"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSealedGrading: POST /grade gives the right verdict for an honest
+// solution and for each reward hack — tests edited, hooks and test
+// configuration added, an exit-0 grader, skips, fake result files — each
+// of which fools the same grader run in the agent's own sandbox (the
+// negative control); the integrity report records the gradings and what
+// the agent did.
+func TestSealedGrading(t *testing.T) {
+	u := startContainers(t)
+	c := u.c
+	ctx := context.Background()
+	importGradeTests(t, c)
 
 	// agent makes a sandbox as a rollout leaves it: the visible tests (a
 	// copy of the pristine ones), the solution, then what the agent did.

@@ -22,7 +22,7 @@ var builtinCache = filepath.Join(os.TempDir(), "dsec-test-builtin")
 // up is a `dsec up` running in this test process on a temporary data
 // directory, with a client for its API.
 type up struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	cfg    config.Config
 	info   Info
@@ -33,7 +33,7 @@ type up struct {
 
 // startUp runs `dsec up` in dir (a fresh temp dir if empty) with the
 // test's adjustments to the configuration.
-func startUp(t *testing.T, dir string, adjust func(*config.Config)) *up {
+func startUp(t testing.TB, dir string, adjust func(*config.Config)) *up {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -130,7 +130,7 @@ func (u *up) stop() {
 }
 
 // testWriter sends daemon logs to the test log.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
