@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -246,4 +248,69 @@ func TestSealedGrading(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSealedGradingFunctionTier: the function tier grades the same way.
+// Its tests layer joins the read-only root (/tests, with a WASI grader);
+// the report directory is in the workspace and starts empty, so a
+// report the agent planted there never counts.
+func TestSealedGradingFunctionTier(t *testing.T) {
+	u := startUp(t, "", nil)
+	c := u.c
+	ctx := context.Background()
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "tests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", filepath.Join(src, "tests", "grader.wasm"), "./testdata/fngrader")
+	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the grader: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(src, "tests", "expected.txt"), []byte("42\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var tarBuf bytes.Buffer
+	if err := tardir.Write(src, &tarBuf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ImportLayer(ctx, client.KindTar, &tarBuf, "tests/answer:v1"); err != nil {
+		t.Fatal(err)
+	}
+	fake := `<testsuite><testcase name="test_answer"/></testsuite>`
+	for _, tc := range []struct {
+		answer, planted, verdict string
+	}{
+		{"42", "", api.VerdictPassed},
+		{"41", fake, api.VerdictFailed},
+	} {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierFunction})
+		if err != nil {
+			t.Fatal(err)
+		}
+		write := map[string]string{"/workspace/answer.txt": tc.answer}
+		if tc.planted != "" {
+			write["/workspace/.dsec-grade/junit.xml"] = tc.planted
+		}
+		for p, body := range write {
+			if _, err := c.WriteFile(ctx, sb.ID, p, strings.NewReader(body), client.WriteOptions{Parents: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := c.Grade(ctx, sb.ID, api.GradeRequest{TestsLayer: "tests/answer:v1", Cmd: []string{"/tests/grader.wasm", "/workspace/.dsec-grade/junit.xml"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict != tc.verdict || res.Tests != 1 || res.Carried != 1 {
+			t.Errorf("answer %s: %+v", tc.answer, res)
+		}
+		if tc.planted != "" && !discardedAny(res, "/workspace/.dsec-grade") {
+			t.Errorf("the planted report was carried: %v", res.Discarded)
+		}
+		c.DeleteSandbox(ctx, sb.ID)
+	}
+}
+
+func discardedAny(res *api.GradeResult, prefix string) bool {
+	return slices.ContainsFunc(res.Discarded, func(d string) bool { return strings.HasPrefix(d, prefix) })
 }
