@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -28,8 +29,10 @@ func (l *auditLog) Append(_ context.Context, e api.AuditEvent) error {
 
 // startAudit starts the eBPF monitor for a test: its recorder (for
 // runtimeOptions.monitor) and the log it records to. It is stopped after
-// the cleanups registered later (the runtimes').
-func startAudit(t *testing.T) (*audit.Recorder, *auditLog) {
+// the cleanups registered later (the runtimes'). As on a node, the rule of
+// connects to the node (node-connect) comes first: node are its
+// prefixes (the sandbox network and the node's addresses).
+func startAudit(t *testing.T, node ...netip.Prefix) (*audit.Recorder, *auditLog) {
 	t.Helper()
 	mon, err := monitor.Start(nil)
 	if err != nil {
@@ -38,6 +41,9 @@ func startAudit(t *testing.T) (*audit.Recorder, *auditLog) {
 	rules, err := audit.LoadRules("")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(node) > 0 {
+		rules = append([]audit.Rule{audit.NodeRule(node)}, rules...)
 	}
 	log := &auditLog{}
 	rec := audit.NewRecorder(mon, rules, log, nil)
@@ -77,6 +83,85 @@ func (e *isoEnv) audited(t *testing.T, sb *Sandbox, rule, verdict string, syscal
 		}
 		if seen != nil || time.Now().After(deadline) {
 			t.Errorf("no audit event of rule %s (%s) for %v in %s; its syscall events:\n  %s", rule, verdict, missing, sb.id, strings.Join(seen, "\n  "))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// auditedWhere fails the test unless sb's audit events include one of
+// rule ("": any) with the verdict ("": any) that ok accepts (nil: any),
+// within 5 s.
+func (e *isoEnv) auditedWhere(t *testing.T, sb *Sandbox, rule, verdict, what string, ok func(api.AuditEvent) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		found := false
+		var seen []string
+		e.audit.mu.Lock()
+		for _, ev := range e.audit.evs {
+			found = found || ev.Sandbox == sb.id && (rule == "" || ev.Rule == rule) && (verdict == "" || ev.Verdict == verdict) && (ok == nil || ok(ev))
+		}
+		if !found && time.Now().After(deadline) {
+			for _, ev := range e.audit.evs {
+				if ev.Sandbox == sb.id && (ev.Rule != "" || ev.Kind == "exec") {
+					seen = append(seen, fmt.Sprintf("%s %s %s %q %s %d %s %s", ev.Phase, ev.Kind, ev.Syscall, ev.Path, ev.Addr, ev.Result, ev.Verdict, ev.Rule))
+				}
+			}
+		}
+		e.audit.mu.Unlock()
+		if found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no audit event of rule %s (%s) for %s in %s; its events with a rule, and execs:\n  %s", rule, verdict, what, sb.id, strings.Join(seen, "\n  "))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// hasEvent reports whether sb has an audit event ok accepts.
+func (e *isoEnv) hasEvent(sb *Sandbox, ok func(api.AuditEvent) bool) bool {
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	for _, ev := range e.audit.evs {
+		if ev.Sandbox == sb.id && ok(ev) {
+			return true
+		}
+	}
+	return false
+}
+
+// auditedPath is auditedWhere for a call on a path.
+func (e *isoEnv) auditedPath(t *testing.T, sb *Sandbox, rule, verdict, syscall, path string) {
+	t.Helper()
+	e.auditedWhere(t, sb, rule, verdict, syscall+" "+path, func(ev api.AuditEvent) bool { return ev.Syscall == syscall && ev.Path == path })
+}
+
+// ruleless fails the test if sb's audit events of what ok accepts have a
+// rule, or if there are none within 5 s: the control of the rules, a
+// benign action of the same kind as an attack.
+func (e *isoEnv) ruleless(t *testing.T, sb *Sandbox, what string, ok func(api.AuditEvent) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := 0
+		e.audit.mu.Lock()
+		for _, ev := range e.audit.evs {
+			if ev.Sandbox == sb.id && ok(ev) {
+				n++
+				if ev.Rule != "" {
+					t.Errorf("the benign %s hit rule %s: %+v", what, ev.Rule, ev)
+				}
+			}
+		}
+		e.audit.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no audit event of the benign %s in %s: the control saw nothing", what, sb.id)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -332,7 +334,10 @@ func TestIsolation(t *testing.T) {
 	world.get(t)
 	dir := t.TempDir()
 	t.Cleanup(func() { checkHost(t, dir) }) // after the runtime's own cleanup
-	rec, log := startAudit(t)
+	// The node's prefixes, as the node agent gives the node-connect rule:
+	// the runtime's sandbox network and the node's own addresses.
+	_, netRange := names(dir)
+	rec, log := startAudit(t, append(hostPrefixes(t), netRange, netip.PrefixFrom(network.DefaultGateway, 32))...)
 	rt := newRuntime(t, dir, runtimeOptions{monitor: rec})
 	e := newIsoEnv(t, rt)
 	e.audit = log
@@ -350,6 +355,7 @@ func TestIsolation(t *testing.T) {
 	t.Run("files", func(t *testing.T) { testFileAPI(t, e, main) })
 	t.Run("resources", func(t *testing.T) { testResources(t, e, main) })
 	t.Run("privilege", func(t *testing.T) { testPrivilege(t, e, main) })
+	t.Run("adversarial", func(t *testing.T) { testAdversarial(t, e, main) })
 	// The control of every audit assertion: the unwatched runtime's
 	// sandbox ran the same attacks and left no event.
 	e.unaudited(t, e.noSec.id)

@@ -197,9 +197,12 @@ func testNetwork(t *testing.T, e *isoEnv, isolated *Sandbox) {
 		targets := []string{mainEP.Gateway.String() + ":" + port, addr.String() + ":" + port, "127.0.0.1:" + port}
 		for _, sb := range []*Sandbox{main, isolated} {
 			expect(t, sb.ID(), probeIn(t, sb, append([]string{"connect"}, targets...)...), all(targets, notConnected...))
-			// Seen, each with its failure (the node's addresses are no
-			// private range here: no default rule names them).
+			// Seen, each with its failure; the node's own addresses with
+			// the node's rule (a sandbox's 127.0.0.1 is its own).
 			e.sawConnects(t, sb, targets)
+			for _, a := range targets[:2] {
+				e.auditedWhere(t, sb, "node-connect", "", "connect "+a, func(ev api.AuditEvent) bool { return ev.Syscall == "connect" && ev.Addr == a })
+			}
 		}
 		if n := node.from(mainEP.Addr); n != 0 {
 			t.Errorf("the node accepted %d connections from the sandbox", n)
@@ -284,6 +287,7 @@ func testNetwork(t *testing.T, e *isoEnv, isolated *Sandbox) {
 		for _, sb := range []*Sandbox{attacker, main, isolated} {
 			got := probeIn(t, sb, append([]string{"connect"}, targets...)...)
 			expect(t, sb.ID(), got, all(targets, notConnected...))
+			e.auditedWhere(t, sb, "node-connect", "", "connect "+target, func(ev api.AuditEvent) bool { return ev.Addr == target })
 		}
 		// Neighbours are not listed in the sandbox's /sys (the node's
 		// veths are named after their addresses).

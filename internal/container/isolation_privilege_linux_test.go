@@ -57,6 +57,12 @@ func testPrivilege(t *testing.T, e *isoEnv, main *Sandbox) {
 		if res := run(t, main, sh("cp "+probePath+" /tmp/sp && chmod 4755 /tmp/sp && stat -c %A /tmp/sp")...); strings.TrimSpace(res.Stdout) != "-rwsr-xr-x" {
 			t.Fatalf("making the setuid program: %+v", res)
 		}
+		e.auditedWhere(t, main, "setuid-bit", "allowed", "chmod 4755 /tmp/sp", func(ev api.AuditEvent) bool { return ev.Path == "/tmp/sp" })
+		// The control: chmod 755 is no rule's.
+		run(t, main, sh("cp /tmp/sp /tmp/sp-plain && chmod 755 /tmp/sp-plain")...)
+		e.ruleless(t, main, "chmod 755", func(ev api.AuditEvent) bool {
+			return ev.Path == "/tmp/sp-plain" && strings.Contains(ev.Syscall, "chmod")
+		})
 		got := parseKV(runAs(t, main, 1000, 1000, "/tmp/sp", "ids").Stdout)
 		if got.get(t, "euid") != "1000" || got.get(t, "CapEff") != noCaps {
 			t.Errorf("a user ran a setuid-root program: %v", got)
@@ -89,6 +95,7 @@ func testPrivilege(t *testing.T, e *isoEnv, main *Sandbox) {
 
 	t.Run("A59_file_capabilities", func(t *testing.T) {
 		expect(t, "sandbox", probeIn(t, main, "sys", "setxattr-cap=/tmp/capx"), map[string][]string{"setxattr-cap:/tmp/capx": {"EPERM"}})
+		e.auditedPath(t, main, "file-capability", "denied", "setxattr", "/tmp/capx")
 		// The image's program with cap_setuid+ep, run by root and a user.
 		if r := probeIn(t, main, "read", capProbePath); r[capProbePath+".fcaps"] == "" {
 			t.Fatalf("the layer's %s carries no file capability: %v", capProbePath, r)
@@ -126,6 +133,10 @@ func testPrivilege(t *testing.T, e *isoEnv, main *Sandbox) {
 		if res := run(t, victim, "echo", "alive"); res.Stdout != "alive\n" {
 			t.Errorf("the agent after kill -9 -1, -STOP 1, -9 1: %+v", res)
 		}
+		// (The audit event has no arguments: kill -1 and kill 1 are one rule.)
+		e.audited(t, victim, "signal-init", "", "kill")
+		// The control: kill -0 of the host's pid is no rule's.
+		e.ruleless(t, victim, "kill -0 of another pid", func(ev api.AuditEvent) bool { return ev.Syscall == "kill" && ev.Result == -3 })
 		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", victim.state.Pid)); strings.Contains(string(st), ") T ") {
 			t.Errorf("the agent is stopped: %s", st)
 		}
@@ -167,6 +178,8 @@ func testPrivilege(t *testing.T, e *isoEnv, main *Sandbox) {
 			}
 		}
 		expect(t, "sandbox", probeIn(t, sb, "sys", "openw=/proc/1/exe"), map[string][]string{"openw:/proc/1/exe": {"EACCES", "EPERM"}})
+		e.auditedPath(t, sb, "process-tamper", "denied", "openat", "/proc/1/exe")
+		e.auditedPath(t, sb, "agent-tamper", "allowed", "openat", "/"+GuestPath)
 		// Negative control: the sandbox's own view of the binary changed,
 		// and a dumpable process's exe link reads.
 		if !strings.Contains(res.Stdout, "overwrote") || strings.Contains(res.Stdout, want) || !strings.Contains(res.Stdout, "/bin/busybox") {

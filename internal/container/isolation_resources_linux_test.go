@@ -180,10 +180,12 @@ func testResources(t *testing.T, e *isoEnv, main *Sandbox) {
 		if res := run(t, disk, "fallocate", "-l", "1T", "/tmp/g"); res.ExitCode == 0 {
 			t.Errorf("fallocate 1 TiB: %+v", res)
 		}
+		expect(t, "sandbox", probeIn(t, disk, "sys", "fallocate=/tmp/h,1099511627776"), map[string][]string{"fallocate:/tmp/h,1099511627776": {"ENOSPC", "EFBIG"}})
+		e.audited(t, disk, "quota-exhausted", "failed", "fallocate")
 		if st := stats(disk); !st.DiskFull {
 			t.Errorf("the stats do not say the disk is full: %+v", st)
 		}
-		run(t, disk, "rm", "-f", "/tmp/f", "/tmp/g")
+		run(t, disk, "rm", "-f", "/tmp/f", "/tmp/g", "/tmp/h")
 		// Negative control: 128 MiB of disk take it.
 		if res := run(t, big, sh("dd if=/dev/zero of=/tmp/f bs=1M count=64 2>/dev/null; wc -c < /tmp/f; rm /tmp/f")...); strings.TrimSpace(res.Stdout) != strconv.Itoa(64<<20) {
 			t.Errorf("negative control: 64 MiB into 128 MiB: %q", res.Stdout)
@@ -197,6 +199,10 @@ func testResources(t *testing.T, e *isoEnv, main *Sandbox) {
 		if n, _ := strconv.Atoi(got.get(t, "created")); n >= 16384 || n < 8192 || got.get(t, "err") != "ENOSPC" {
 			t.Errorf("files created on a disk of 16,384 inodes: %v", got)
 		}
+		// (The flood's last events may not fit the monitor's ring: the
+		// probe tries once more a second later.)
+		expect(t, "sandbox", got, map[string][]string{"again": {"ENOSPC"}})
+		e.auditedPath(t, disk, "quota-exhausted", "failed", "openat", "/tmp/i/one-more")
 		if got := probeIn(t, big, "files", "/tmp/i", "20000"); got.get(t, "created") != "20000" {
 			t.Errorf("negative control: files created on a disk of 32,768 inodes: %v", got)
 		}
@@ -205,6 +211,9 @@ func testResources(t *testing.T, e *isoEnv, main *Sandbox) {
 	t.Run("A52_descriptors", func(t *testing.T) {
 		got := probeIn(t, main, "nofile")
 		expect(t, "sandbox", got, map[string][]string{"raise_hard": {"EPERM"}, "open_err": {"EMFILE"}})
+		e.auditedWhere(t, main, "rlimit-refused", "denied", "setrlimit past the hard limit", func(ev api.AuditEvent) bool {
+			return ev.Syscall == "setrlimit" || ev.Syscall == "prlimit64"
+		})
 		hard, _ := strconv.Atoi(got.get(t, "hard"))
 		if opened, _ := strconv.Atoi(got.get(t, "opened")); hard == 0 || hard > 1<<20 || opened > hard {
 			t.Errorf("descriptor limits: %v", got)

@@ -227,6 +227,9 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 		}
 		writes := []string{"write:/sys/fs/cgroup/notify_on_release,1", "write:/sys/fs/cgroup/release_agent,/tmp/x", "mkdir:/sys/fs/cgroup/x"}
 		expect(t, "sandbox", probeIn(t, main, sysArgs(writes...)...), all(writes, "EROFS", "ENOENT", "EACCES"))
+		e.auditedPath(t, main, "mount", "denied", "mount", "/tmp/cg2")
+		e.auditedPath(t, main, "release-agent", "", "openat", "/sys/fs/cgroup/release_agent")
+		e.auditedPath(t, main, "release-agent", "", "openat", "/sys/fs/cgroup/notify_on_release")
 		// Negative control: host root mounts the pids hierarchy (in a
 		// mount namespace of its own) and finds release_agent at its root.
 		h := t.TempDir()
@@ -249,6 +252,8 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 		if res := run(t, main, "sysctl", "-w", "kernel.core_pattern=|/tmp/x"); res.ExitCode == 0 {
 			t.Errorf("sysctl -w succeeded: %+v", res)
 		}
+		e.auditedPath(t, main, "sysctl-write", "denied", "openat", core)
+		e.auditedPath(t, main, "sysctl-write", "", "openat", "/proc/sys/vm/overcommit_memory")
 		if after, _ := os.ReadFile(core); string(after) != string(before) {
 			t.Errorf("the host's core_pattern changed: %q → %q", before, after)
 		}
@@ -263,6 +268,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 		// CONFIG_MAGIC_SYSRQ, this one included) and the VM's.
 		calls := []string{"openw:/proc/sys/vm/drop_caches", "openw:/proc/sys/vm/compact_memory"}
 		expect(t, "sandbox", probeIn(t, main, sysArgs(calls...)...), all(calls, "EROFS", "EACCES"))
+		e.auditedPath(t, main, "sysctl-write", "denied", "openat", "/proc/sys/vm/drop_caches")
 		expect(t, "host root (negative control)", e.hostProbe(t, nil, sysArgs(calls...)...), all(calls, "OK"))
 		const sysrq = "/proc/sysrq-trigger"
 		in := probeIn(t, main, "read", sysrq)
@@ -285,6 +291,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 	t.Run("A12_sys", func(t *testing.T) {
 		writes := []string{"openw:/sys/kernel/rcu_expedited", "openw:/sys/kernel/rcu_normal", "mkdir:/sys/fs/cgroup/dsec-probe", "mkdir:/sys/kernel/dsec-probe"}
 		expect(t, "sandbox", probeIn(t, main, sysArgs(writes...)...), all(writes, "EROFS", "EACCES"))
+		e.auditedPath(t, main, "sysfs-write", "denied", "openat", "/sys/kernel/rcu_expedited")
 		expect(t, "host root (negative control)", e.hostProbe(t, nil, sysArgs(writes[:2]...)...), all(writes[:2], "OK"))
 		masked := []string{"/sys/firmware", "/sys/kernel/security", "/sys/kernel/debug", "/sys/kernel/tracing", "/sys/fs/bpf", "/sys/devices/virtual/powercap", "/sys/fs/cgroup"}
 		in := probeIn(t, main, append([]string{"read"}, masked...)...)
@@ -338,6 +345,12 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 		if res := run(t, main, "mknod", "/tmp/sdb", "b", "8", "0"); res.ExitCode == 0 {
 			t.Errorf("busybox mknod succeeded: %+v", res)
 		}
+		for _, p := range []string{"/tmp/sda", "/tmp/mem", "/tmp/sdb"} {
+			e.auditedWhere(t, main, "device-node", "denied", "mknod "+p, func(ev api.AuditEvent) bool { return ev.Path == p })
+		}
+		// The control: a FIFO is no device.
+		run(t, main, "mkfifo", "/tmp/fifo")
+		e.ruleless(t, main, "mknod of a FIFO", func(ev api.AuditEvent) bool { return ev.Path == "/tmp/fifo" && strings.HasPrefix(ev.Syscall, "mknod") })
 		// /dev holds only the harmless devices.
 		devs := strings.Fields(run(t, main, "ls", "/dev").Stdout)
 		want := []string{"fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
@@ -352,6 +365,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 	t.Run("A15_open_by_handle_at", func(t *testing.T) {
 		calls := []string{"open-by-handle:/", "open-by-handle:/tmp"}
 		expect(t, "sandbox", probeIn(t, main, sysArgs(calls...)...), all(calls, "EPERM"))
+		e.audited(t, main, "open-by-handle", "denied", "open_by_handle_at")
 		expect(t, "host root (negative control)", e.hostProbe(t, nil, "sys", "open-by-handle=/"), map[string][]string{"open-by-handle:/": {"OK"}})
 	})
 }

@@ -74,6 +74,11 @@ func main() {
 		alloc(atoi(args[0]))
 	case "files":
 		files(args[0], atoi(args[1]))
+	case "listen-unix":
+		listenUnix(args[0])
+	case "exec":
+		// Runs args[0] with argv args[1:], and prints how that went.
+		fmt.Printf("exec=%s\n", errName(execWait(args[0], args[1:], nil)))
 	default:
 		fmt.Fprintf(os.Stderr, "probe: unknown subcommand %q\n", os.Args[1])
 		os.Exit(2)
@@ -330,6 +335,68 @@ func check(name string, a []string) error {
 		_ = os.WriteFile(arg(0), []byte("x"), 0o755)
 		v := []byte{0x01, 0x00, 0x00, 0x02, 1 << 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 		return unix.Setxattr(arg(0), "security.capability", v, 0)
+
+	// Scheduling (A56): a real-time policy or a raised priority, each
+	// given back at once if it was granted.
+	case "sched-fifo":
+		err := errnoOf(schedSetscheduler(unix.SCHED_FIFO, 1))
+		if err == nil {
+			schedSetscheduler(0, 0) // SCHED_OTHER
+		}
+		return err
+	case "sched-attr-rr":
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_RR, Priority: 1}
+		err := unix.SchedSetAttr(0, &attr, 0)
+		if err == nil {
+			_ = unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr}, 0)
+		}
+		return err
+	case "nice":
+		old, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+		if err != nil {
+			return err
+		}
+		err = unix.Setpriority(unix.PRIO_PROCESS, 0, atoi(arg(0)))
+		if err == nil {
+			_ = unix.Setpriority(unix.PRIO_PROCESS, 0, 20-old)
+		}
+		return err
+
+	// The runtime's binaries (A1): a process's executable opened by
+	// path (O_PATH), then reopened for writing through the descriptor
+	// once the process is gone (CVE-2019-5736). "copy" runs a copy of
+	// this program for the purpose (writing it changes nothing else).
+	case "exe-reopen":
+		return exeReopen(arg(0))
+
+	// Fileless execution (A64): a memfd holding a program, run through
+	// its descriptor; a program copied to dir and run from there.
+	case "memfd-exec":
+		return memfdExec(arg(0))
+	case "copy-exec":
+		dst := filepath.Join(arg(1), "dsec-probe-payload")
+		b, err := os.ReadFile(arg(0))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			return err
+		}
+		defer os.Remove(dst)
+		return execWait(dst, []string{"true"}, nil)
+
+	// Disk (A50): an allocation of arg 1 bytes.
+	case "fallocate":
+		fd, err := unix.Open(arg(0), unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Fallocate(fd, 0, 0, int64(atoi(arg(1))))
+
+	// Privilege back (A60): setuid(2) of this thread alone.
+	case "setuid":
+		return errnoOf(rawSyscall(unix.SYS_SETUID, uintptr(atoi(arg(0))), 0, 0))
 
 	// Limits (A52).
 	case "raise-nofile":
@@ -754,5 +821,130 @@ func files(dir string, n int) {
 		unix.Close(fd)
 	}
 	fmt.Printf("created=%d\nerr=%s\n", created, errName(err))
+	if err != nil {
+		// Once more a second later, when the monitor has drained the
+		// flood's events: this failure is seen.
+		time.Sleep(time.Second)
+		fd, err := unix.Open(filepath.Join(dir, "one-more"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err == nil {
+			unix.Close(fd)
+		}
+		fmt.Printf("again=%s\n", errName(err))
+	}
 	_ = os.RemoveAll(dir)
+}
+
+// execWait runs prog with argv (argv[0] included), passing files as
+// descriptors 3…, and waits for it; a non-zero exit is an error.
+func execWait(prog string, argv []string, files []uintptr) error {
+	fds := append([]uintptr{0, 1, 2}, files...)
+	pid, err := syscall.ForkExec(prog, argv, &syscall.ProcAttr{Files: fds, Env: []string{"PATH=/bin:/usr/bin"}})
+	if err != nil {
+		return err
+	}
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
+		return err
+	}
+	if ws.ExitStatus() != 0 {
+		return fmt.Errorf("exit status %d", ws.ExitStatus())
+	}
+	return nil
+}
+
+// memfdExec copies prog into a memfd and runs it (as "true", the busybox
+// applet) through /dev/fd/3.
+func memfdExec(prog string) error {
+	b, err := os.ReadFile(prog)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.MemfdCreate("dsec-payload", 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, b); err != nil {
+		return err
+	}
+	return execWait("/dev/fd/3", []string{"true"}, []uintptr{uintptr(fd)})
+}
+
+// exeReopen opens the executable of target (a pid, or "copy": a copy of
+// this program started for the purpose) with O_PATH, waits for a copy to
+// exit, and reopens the descriptor for writing.
+func exeReopen(target string) error {
+	pid := 0
+	if target == "copy" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(self)
+		if err != nil {
+			return err
+		}
+		dir, err := os.MkdirTemp("", "dsec-probe-exe")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cp := filepath.Join(dir, "probe")
+		if err := os.WriteFile(cp, b, 0o755); err != nil {
+			return err
+		}
+		cmd := exec.Command(cp, "listen-unix", filepath.Join(dir, "sock"))
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+		pid = cmd.Process.Pid
+	} else {
+		pid = atoi(target)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/exe", pid), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if target == "copy" {
+		// Gone, so that its text is no longer busy.
+		p, _ := os.FindProcess(pid)
+		_ = p.Kill()
+		for i := 0; i < 500; i++ {
+			if err := unix.Kill(pid, 0); err != nil {
+				break
+			}
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, unix.WNOHANG, nil)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	w, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(w)
+	}
+	return err
+}
+
+// listenUnix serves a unix socket at path: every connection gets this
+// process's effective uid ("euid=N") and stays open a second.
+func listenUnix(path string) {
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		fmt.Printf("listen=%s\n", errName(err))
+		os.Exit(1)
+	}
+	_ = os.Chmod(path, 0o777)
+	fmt.Println("listen=OK")
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "euid=%d\n", unix.Geteuid())
+		go func() { time.Sleep(time.Second); c.Close() }()
+	}
 }

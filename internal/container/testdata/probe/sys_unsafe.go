@@ -38,3 +38,9 @@ func tiocsti(fd int, high bool) error {
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(unsafe.Pointer(&c)))
 	return errnoOf(e)
 }
+
+// schedSetscheduler sets this thread's policy and priority.
+func schedSetscheduler(policy int, prio int32) unix.Errno {
+	_, _, e := unix.Syscall(unix.SYS_SCHED_SETSCHEDULER, 0, uintptr(policy), uintptr(unsafe.Pointer(&prio)))
+	return e
+}
