@@ -63,6 +63,13 @@ type CreateSandboxRequest struct {
 	// permissions; the sandbox starts in the first. Only the API caller
 	// changes phase (SetPhaseRequest), forward unless told otherwise.
 	Phases []Phase `json:"phases,omitempty"`
+	// Capabilities are the Linux capabilities commands run with (container
+	// tier), as "CAP_NET_BIND_SERVICE" or "net_bind_service", among the
+	// grantable ones (chown, dac_override, fowner, fsetid, kill, setgid,
+	// setuid, net_bind_service, ipc_owner, sys_chroot), and the most any
+	// phase may grant. Default: none; with phases, the union of theirs
+	// (each phase's commands get the phase's own).
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 // Phase is one stage of a task and what commands may do in it. A change
@@ -85,6 +92,18 @@ type Phase struct {
 	// phase.
 	CPU      float64 `json:"cpu,omitempty"`
 	MemoryMB int     `json:"memory_mb,omitempty"`
+	// Capabilities are this phase's commands' capabilities, whatever
+	// their user (container tier), among the sandbox's (see
+	// CreateSandboxRequest.Capabilities). Default: none.
+	Capabilities []string `json:"capabilities,omitempty"`
+	// Executables, if set, are the only programs that may run in this
+	// phase: absolute paths of files, or of directories followed by "/*"
+	// (every file directly in one). The file the kernel executes counts
+	// (a symlink's target, a script's interpreter), wherever it was
+	// called from; any other exec is killed before it runs and audited
+	// (rule exec-not-allowed). On the function tier they name the
+	// /bin/<name>.wasm modules a call may run. Omitted: any program.
+	Executables []string `json:"executables,omitempty"`
 }
 
 // AuditEvent is one thing a process in a sandbox did that the node's
@@ -216,11 +235,13 @@ type Sandbox struct {
 	Network  *NetworkPolicy    `json:"network,omitempty"`
 	// Phases are the task's phases and Phase the current one ("" for a
 	// sandbox without phases).
-	Phases    []Phase    `json:"phases,omitempty"`
-	Phase     string     `json:"phase,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
-	ExpiresAt time.Time  `json:"expires_at"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	Phases []Phase `json:"phases,omitempty"`
+	Phase  string  `json:"phase,omitempty"`
+	// Capabilities are the request's (CreateSandboxRequest.Capabilities).
+	Capabilities []string   `json:"capabilities,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
+	ExpiresAt    time.Time  `json:"expires_at"`
+	EndedAt      *time.Time `json:"ended_at,omitempty"`
 	// Reason says why a sandbox stopped or failed (e.g. "expired", "deleted").
 	Reason string `json:"reason,omitempty"`
 }

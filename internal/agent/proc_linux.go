@@ -195,6 +195,12 @@ func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio,
 		// Supplementary groups are cleared (setgroups of none).
 		attr.Credential = &syscall.Credential{Uid: args.User.UID, Gid: args.User.GID}
 	}
+	// A command's capabilities are ambient ones, root's too: the sandbox
+	// setup made root's exec grant nothing of itself (SECBIT_NOROOT), so
+	// every command holds exactly these.
+	for _, c := range args.User.Caps {
+		attr.AmbientCaps = append(attr.AmbientCaps, uintptr(c))
+	}
 	fds := make([]uintptr, len(child))
 	for i, f := range child {
 		fds[i] = f.Fd()

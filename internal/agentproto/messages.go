@@ -103,6 +103,11 @@ type Hello struct {
 type User struct {
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
+	// Caps are the capability numbers the command runs with (ambient,
+	// whatever its uid); none by default. The node's guarantee is the
+	// sandbox's bounding set, fixed at its start: an agent that ignores
+	// Caps cannot give a command more.
+	Caps []uint `json:"caps,omitempty"`
 }
 
 // PTYSize is a terminal's size in character cells.

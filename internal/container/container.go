@@ -75,6 +75,10 @@ type Options struct {
 	// Monitor, if set, watches every sandbox from its create (or
 	// adoption) to its destroy.
 	Monitor watcher
+	// Exec, if set, enforces phases' allowed executables (the eBPF
+	// monitor); without it a sandbox with any is refused
+	// (executables_unenforced).
+	Exec execGuard
 	// Warm is how many sandboxes the warm pool keeps started for each of
 	// the last images asked for, without network access (warm.go); 0:
 	// no pool.
@@ -121,9 +125,8 @@ type Runtime struct {
 	zygote       *zygote
 	zygoteFailed bool // it could not start: the node forks itself
 
-	seccompOnce sync.Once
-	seccompProg []byte
-	seccompErr  error
+	smu      sync.Mutex        // guards following fields
+	seccomps map[string][]byte // compiled filters by kept capabilities
 
 	warm *warmPool // nil: none
 

@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/cleanup"
@@ -48,6 +50,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			"sandbox ID %q is too long for this node's state directory: its agent's socket path would be %d bytes long, at most %d fit", spec.ID, len(sock), maxSockPath-1)
 	}
 	if err := r.checkNew(spec.ID); err != nil {
+		return nil, err
+	}
+	if err := checkSpec(&spec); err != nil {
+		return nil, err
+	}
+	if err := r.checkEnforceable(spec); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opt.ReadyTimeout)
@@ -264,12 +272,14 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	if err := os.Chown(sockDir, r.opt.HostUID, r.opt.HostGID); err != nil {
 		return nil, err
 	}
-	prog, err := r.seccomp()
+	caps := sandbox.MaxCapabilities(spec)
+	prog, err := r.seccomp(caps)
 	if err != nil {
 		return nil, err
 	}
 	cfg := guest.SandboxConfig{
-		Rootfs: rootfs, RootFD: 6, SockDir: sockDir, Hostname: hostname(spec.ID),
+		KeepCaps: capNumbers(caps),
+		Rootfs:   rootfs, RootFD: 6, SockDir: sockDir, Hostname: hostname(spec.ID),
 		Hosts:      hostsFile(spec.ID, ep),
 		ResolvConf: resolvConf(ep),
 		Seccomp:    prog,
@@ -306,13 +316,51 @@ func (r *Runtime) limits(spec sandbox.Spec) cgroups.Limits {
 	return cgroups.Limits{CPU: spec.CPU, MemoryBytes: mem, Pids: r.opt.Pids}
 }
 
-// seccomp returns the sandboxes' filter, compiled once.
-func (r *Runtime) seccomp() ([]byte, error) {
+// seccomp returns the filter of sandboxes whose commands may hold caps
+// (some calls are allowed only with a capability: chroot with
+// CAP_SYS_CHROOT), compiled once per set.
+func (r *Runtime) seccomp(caps []string) ([]byte, error) {
 	if r.opt.Seccomp == nil {
 		return nil, nil
 	}
-	r.seccompOnce.Do(func() { r.seccompProg, r.seccompErr = r.opt.Seccomp(nil) })
-	return r.seccompProg, r.seccompErr
+	key := strings.Join(caps, ",")
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	if prog, ok := r.seccomps[key]; ok {
+		return prog, nil
+	}
+	prog, err := r.opt.Seccomp(caps)
+	if err != nil {
+		return nil, err
+	}
+	if r.seccomps == nil {
+		r.seccomps = map[string][]byte{}
+	}
+	r.seccomps[key] = prog
+	return prog, nil
+}
+
+// capNumbers are the numbers of capabilities (canonical names).
+func capNumbers(names []string) []int {
+	var out []int
+	for _, n := range names {
+		if c, ok := sandbox.CapabilityNumber(n); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// checkSpec checks spec's capabilities and executables (the control
+// plane did, for what comes through the API) and makes them canonical,
+// without changing the caller's phases.
+func checkSpec(spec *sandbox.Spec) error {
+	req := api.CreateSandboxRequest{Tier: Tier, Capabilities: spec.Capabilities, Phases: slices.Clone(spec.Phases)}
+	if err := sandbox.CheckCapsAndExecutables(&req); err != nil {
+		return err
+	}
+	spec.Capabilities, spec.Phases = req.Capabilities, req.Phases
+	return nil
 }
 
 // findGuest returns the agent binary's path in the topmost layer that has

@@ -41,6 +41,16 @@ type watcher interface {
 	Unwatch(cgroupID uint64)
 }
 
+// execGuard is the node's eBPF monitor as the enforcer of allowed
+// executables (monitor.Monitor): it kills, in the kernel, every exec by
+// a task of a restricted cgroup2 group of a file not on the group's
+// root file system (rootDev, the kernel's encoding) or not at one of
+// paths (files, or "dir/*" for every file directly in dir).
+type execGuard interface {
+	RestrictExec(cgroupID, rootDev uint64, paths []string) error
+	UnrestrictExec(cgroupID uint64) error
+}
+
 // cgroupManager makes and finds sandboxes' control groups.
 type cgroupManager interface {
 	Create(ctx context.Context, id string, l cgroups.Limits) (*cgroups.Group, error)

@@ -61,6 +61,9 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	if old == nil {
 		return errdefs.New(errdefs.Conflict, "no_phases", "sandbox %s was created without phases", s.id)
 	}
+	if err := checkPhase(s.state.Spec, &p); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := s.cg.Freeze(ctx); err != nil {
@@ -83,6 +86,21 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	if err != nil {
 		return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "sandbox %s: moving to phase %s", s.id, p.Name)
 	}
+	return nil
+}
+
+// checkPhase checks p's capabilities and executables and makes them
+// canonical: the capabilities must be among spec's (its bounding set,
+// fixed at its start).
+func checkPhase(spec sandbox.Spec, p *api.Phase) error {
+	req := api.CreateSandboxRequest{Tier: Tier, Capabilities: sandbox.MaxCapabilities(spec), Phases: []api.Phase{*p}}
+	if req.Capabilities == nil {
+		req.Capabilities = []string{}
+	}
+	if err := sandbox.CheckCapsAndExecutables(&req); err != nil {
+		return err
+	}
+	*p = req.Phases[0]
 	return nil
 }
 
@@ -150,6 +168,11 @@ func (r *Runtime) applyPhase(ctx context.Context, sb *Sandbox, p api.Phase, old 
 	}
 	if changed {
 		if err := r.setWritable(sb, p, old); err != nil {
+			return err
+		}
+	}
+	if old == nil || p.Executables != nil || old.Executables != nil {
+		if err := r.setExecutables(sb, p); err != nil {
 			return err
 		}
 	}
@@ -231,11 +254,15 @@ func (r *Runtime) rebind(p api.Phase, old *api.Phase) error {
 	return sys.SetRootReadOnly(true)
 }
 
-// phaseUser is who p's commands run as.
-func phaseUser(p *api.Phase) agentproto.User {
-	if p == nil {
-		return agentproto.User{}
+// commandUser is who the commands of phase p (nil: no phases) of spec
+// run as, with which capabilities.
+func commandUser(spec sandbox.Spec, p *api.Phase) agentproto.User {
+	var u agentproto.User
+	if p != nil {
+		u.UID, u.GID, _ = sandbox.ParseUser(p.User) // checked at create
 	}
-	uid, gid, _ := sandbox.ParseUser(p.User) // checked at create
-	return agentproto.User{UID: uid, GID: gid}
+	for _, c := range capNumbers(sandbox.CommandCapabilities(spec, p)) {
+		u.Caps = append(u.Caps, uint(c))
+	}
+	return u
 }

@@ -84,6 +84,12 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 	for _, sb := range adopted {
 		if sb != nil {
 			r.watch(sb)
+			// The monitor's maps went with the node that set them.
+			if p := sb.commandPhase(); p != nil && p.Executables != nil {
+				if err := r.setExecutables(sb, *p); err != nil {
+					r.log.Error("an adopted sandbox's executables are not enforced", "sandbox", sb.id, "err", err)
+				}
+			}
 		}
 	}
 	// What no adopted sandbox owns goes: networks (namespaces, veths,

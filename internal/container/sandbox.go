@@ -87,7 +87,7 @@ func (s *Sandbox) agentExec(req *sandbox.ExecRequest) (agentproto.ExecRequest, e
 	}
 	ar := agentproto.ExecRequestFrom(argv, *req)
 	ar.Env = commandEnv(s.state.Spec, req.Env)
-	ar.User = phaseUser(s.commandPhase())
+	ar.User = commandUser(s.state.Spec, s.commandPhase())
 	return ar, nil
 }
 
@@ -242,6 +242,11 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	}
 	if m := s.rt.opt.Monitor; m != nil && s.cg.ID() != 0 {
 		m.Unwatch(s.cg.ID())
+	}
+	if g := s.rt.opt.Exec; g != nil && s.cg.ID() != 0 {
+		if err := g.UnrestrictExec(s.cg.ID()); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := s.rt.opt.Cgroups.Recycle(ctx, s.cg); err != nil {
 		errs = append(errs, err)

@@ -69,6 +69,11 @@ func warmKey(spec sandbox.Spec) (string, bool) {
 	if _, linked, err := networkOf(spec); err != nil || linked {
 		return "", false
 	}
+	// Warm sandboxes start without capabilities for commands (their
+	// bounding set is empty for good).
+	if len(sandbox.MaxCapabilities(spec)) > 0 {
+		return "", false
+	}
 	var b strings.Builder
 	for _, l := range spec.Image.Layers {
 		b.WriteString(l.ID + "@" + l.Manifest.Blob.Digest + ",")

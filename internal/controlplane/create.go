@@ -61,6 +61,9 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) error {
 	if err := m.validatePhases(req); err != nil {
 		return err
 	}
+	if err := sandbox.CheckCapsAndExecutables(req); err != nil {
+		return err
+	}
 	if req.CPU < 0 || req.CPU > l.MaxCPU {
 		return errdefs.New(errdefs.Invalid, "out_of_range", "cpu must be between 0 and %g", l.MaxCPU)
 	}
@@ -181,7 +184,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 			ID: newID(), Tier: req.Tier, Image: imgName, ImageID: img.ID, State: api.StatePending, Node: node,
 			CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, TimeoutS: req.TimeoutS,
 			Labels: maps.Clone(req.Labels), Network: req.Network, CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second),
-			Phases: req.Phases,
+			Phases: req.Phases, Capabilities: req.Capabilities,
 		},
 		StateSince: now,
 		Owner:      owner, Env: maps.Clone(req.Env), ImageSource: img.Source(), Layers: layerIDs,
@@ -205,7 +208,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 	defer cancel()
 	err = m.nodes.Create(cctx, node, noderpc.CreateRequest{
 		ID: rec.ID, Tier: rec.Tier, CPU: rec.CPU, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB, Env: rec.Env,
-		Image: ref, Network: rec.Network, Phases: rec.Phases,
+		Image: ref, Network: rec.Network, Phases: rec.Phases, Capabilities: rec.Capabilities,
 	})
 	if err != nil {
 		m.fail(cctx, rec.ID, "create failed: "+errdefs.MessageOf(err))

@@ -45,7 +45,7 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 	cu.Add(closeAll)
 	// The audit recorder outlives the runtimes (they report to it until
 	// they close).
-	rec, monitored, closeAudit, err := d.startAudit()
+	rec, mon, closeAudit, err := d.startAudit()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,10 +68,10 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 	}
 	if !d.cfg.Container.Disabled {
 		var watcher *audit.Recorder
-		if monitored {
+		if mon != nil {
 			watcher = rec
 		}
-		ct, closeDeps, err := d.containerRuntime(ctx, layers, watcher)
+		ct, closeDeps, err := d.containerRuntime(ctx, layers, watcher, mon)
 		if err != nil {
 			return nil, nil, fmt.Errorf("container tier (set [container] disabled = true to run without it): %w", err)
 		}
@@ -89,7 +89,7 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 
 // containerRuntime makes the container tier and the network and cgroup
 // managers it needs; the function returned closes those managers.
-func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache, rec *audit.Recorder) (*container.Runtime, func(), error) {
+func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache, rec *audit.Recorder, mon *monitor.Monitor) (*container.Runtime, func(), error) {
 	c := d.cfg.Container
 	var cu cleanup.Stack
 	defer cu.Clean()
@@ -136,6 +136,9 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache,
 	if rec != nil {
 		copt.Monitor = rec
 	}
+	if mon != nil {
+		copt.Exec = mon // enforces phases' allowed executables
+	}
 	ct, err := container.New(ctx, copt)
 	if err != nil {
 		return nil, nil, err
@@ -146,40 +149,40 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache,
 
 // startAudit starts the recorder of audit events (nil if [audit] is
 // disabled) and, where its programs load, the eBPF monitor feeding it
-// (monitored). Without the monitor, container sandboxes run unmonitored
+// (mon, nil where they do not). Without the monitor, container sandboxes run unmonitored
 // under the same host-side rules; the function tier reports its file
 // system events either way. The function returned stops both.
-func (d *daemon) startAudit() (rec *audit.Recorder, monitored bool, stop func(), err error) {
+func (d *daemon) startAudit() (rec *audit.Recorder, mon *monitor.Monitor, stop func(), err error) {
 	none := func() {}
 	a := d.cfg.Audit
 	if a.Disabled {
 		d.info.Monitor = "off"
-		return nil, false, none, nil
+		return nil, nil, none, nil
 	}
 	rules, err := audit.LoadRules(a.Rules)
 	if err != nil {
-		return nil, false, nil, fmt.Errorf("[audit] rules: %w", err)
+		return nil, nil, nil, fmt.Errorf("[audit] rules: %w", err)
 	}
 	rules = append([]audit.Rule{audit.NodeRule(d.nodePrefixes())}, rules...)
 	js, err := jetstream.New(d.nc)
 	if err != nil {
-		return nil, false, nil, err
+		return nil, nil, nil, err
 	}
 	sink := audit.JetStreamSink{JS: js}
 	log := d.log.With("part", "audit")
 	if d.cfg.Container.Disabled {
-		return audit.NewRecorder(nil, rules, sink, log), false, none, nil
+		return audit.NewRecorder(nil, rules, sink, log), nil, none, nil
 	}
-	mon, err := monitor.Start(d.log.With("part", "monitor"))
+	mon, err = monitor.Start(d.log.With("part", "monitor"))
 	if err != nil {
 		d.log.Warn("the eBPF monitor cannot run here: container sandboxes run unmonitored (their host-side rules are unchanged)", "err", err)
 		d.info.Monitor = "unavailable: " + err.Error()
-		return audit.NewRecorder(nil, rules, sink, log), false, none, nil
+		return audit.NewRecorder(nil, rules, sink, log), nil, none, nil
 	}
 	rec = audit.NewRecorder(mon, rules, sink, log)
 	d.info.Monitor = "on"
 	var once sync.Once
-	return rec, true, func() {
+	return rec, mon, func() {
 		once.Do(func() {
 			mon.Close()
 			rec.Wait()

@@ -233,6 +233,9 @@ func (s *Sandbox) module(name, cwd string) (*module, error) {
 		return nil, errdefs.New(errdefs.NotFound, "tool_not_found",
 			"%q is not a tool of image %s: give a tool name (bin/<name>.wasm) or the path of a .wasm module", name, s.imageName())
 	}
+	if err := s.checkExecutable(clean); err != nil {
+		return nil, err
+	}
 	root, rel, key, trust := s.img.root, strings.TrimPrefix(clean, "/"), s.img.path+clean, imageTrust
 	if sandbox.Within(FileRoot, clean) {
 		rel = sandbox.RelPath(FileRoot, clean)

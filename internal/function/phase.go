@@ -41,6 +41,17 @@ func (s *Sandbox) initPhase() {
 	}
 }
 
+// checkPhases refuses capabilities (a sandbox-level list is checked by
+// the control plane with the phases): WebAssembly has none.
+func checkPhases(phases []api.Phase) error {
+	for _, p := range phases {
+		if len(p.Capabilities) > 0 {
+			return errdefs.New(errdefs.Unsupported, "tier_has_no_capabilities", "phase %s: the function tier runs WebAssembly, which has no capabilities", p.Name)
+		}
+	}
+	return nil
+}
+
 // current returns the current phase (nil without phases) and its calls'
 // context.
 func (s *Sandbox) current() (*api.Phase, context.Context) {
@@ -59,6 +70,15 @@ func (s *Sandbox) Phase() string {
 
 // SetPhase implements sandbox.Phaser.
 func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
+	if err := checkPhases([]api.Phase{p}); err != nil {
+		return err
+	}
+	if p.Executables != nil {
+		var err error
+		if p.Executables, err = sandbox.NormalizeExecutables(p.Executables); err != nil {
+			return err
+		}
+	}
 	s.phase.mu.Lock()
 	if s.phase.cur == nil {
 		s.phase.mu.Unlock()
@@ -93,6 +113,20 @@ func (s *Sandbox) writable(rel string) bool {
 		}
 	}
 	return false
+}
+
+// checkExecutable refuses (and audits) a module the current phase's
+// executables do not name: its path, such as /bin/<name>.wasm, is what
+// they list.
+func (s *Sandbox) checkExecutable(clean string) error {
+	p, _ := s.current()
+	if p == nil || sandbox.ExecutableAllowed(p.Executables, clean) {
+		return nil
+	}
+	if a := s.rt.opts.Audit; a != nil {
+		a.Record(s.spec.ID, p.Name, monitor.Event{Time: time.Now(), Kind: monitor.KindExec, Ret: -1, Path: clean})
+	}
+	return errdefs.New(errdefs.PermissionDenied, "executable_not_allowed", "phase %s does not allow running %s", p.Name, clean)
 }
 
 // readOnly is the files API's error for a path the phase does not let it

@@ -132,3 +132,54 @@ func TestAudit(t *testing.T) {
 		t.Errorf("%d events, want the 3 writes (reads are not events)", len(sink.evs))
 	}
 }
+
+// TestPhaseExecutables: a phase with executables runs only the modules
+// it names (a tool by its /bin/<name>.wasm path, or a directory's); any
+// other is refused (executable_not_allowed) and audited; the same call
+// runs in a phase without them. Capabilities are refused.
+func TestPhaseExecutables(t *testing.T) {
+	rules, err := audit.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &collect{}
+	rt := newRuntime(t, t.TempDir(), Options{Audit: audit.NewRecorder(nil, rules, sink, nil)})
+	phases := []api.Phase{
+		{Name: "open"},
+		{Name: "locked", Executables: []string{"/bin/cat.wasm"}},
+		{Name: "dir", Executables: []string{"/bin/*"}},
+	}
+	sb := create(t, rt, func(s *sandbox.Spec) { s.Phases = phases })
+	ctx := context.Background()
+	if res := run(t, sb, "", "write", "/workspace/a"); res.ExitCode != 0 {
+		t.Fatalf("negative control, no executables: %+v", res)
+	}
+	if err := sb.SetPhase(ctx, phases[1]); err != nil {
+		t.Fatal(err)
+	}
+	if res := run(t, sb, "", "cat", "/workspace/a"); res.ExitCode != 0 {
+		t.Errorf("an allowed tool: %+v", res)
+	}
+	_, err = sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"write", "/workspace/b"}}})
+	if errdefs.CodeOf(err) != "executable_not_allowed" {
+		t.Errorf("a tool the phase does not name: %v", err)
+	}
+	sink.mu.Lock()
+	var found bool
+	for _, e := range sink.evs {
+		found = found || e.Kind == "exec" && e.Path == "/bin/write.wasm" && e.Rule == "exec-not-allowed" && e.Verdict == "denied" && e.Phase == "locked"
+	}
+	sink.mu.Unlock()
+	if !found {
+		t.Error("no exec-not-allowed audit event")
+	}
+	if err := sb.SetPhase(ctx, phases[2]); err != nil {
+		t.Fatal(err)
+	}
+	if res := run(t, sb, "", "write", "/workspace/b"); res.ExitCode != 0 {
+		t.Errorf("a tool of an allowed directory: %+v", res)
+	}
+	if err := sb.SetPhase(ctx, api.Phase{Name: "caps", Capabilities: []string{"CAP_CHOWN"}}); errdefs.CodeOf(err) != "tier_has_no_capabilities" {
+		t.Errorf("a phase with capabilities: %v", err)
+	}
+}

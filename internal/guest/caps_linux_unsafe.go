@@ -26,11 +26,20 @@ var agentCaps = []uint{
 }
 
 // dropAgentCaps limits every thread's effective and permitted sets to
-// agentCaps (one stop-the-world: capset is per thread).
-func dropAgentCaps() error {
+// agentCaps and keep, the capabilities the sandbox's commands may be
+// given (one stop-the-world: capset is per thread). A command gets its
+// capabilities as ambient ones, which must be in the permitted set of
+// the agent that starts it; no_new_privs keeps any exec from gaining
+// more than that set.
+func dropAgentCaps(keep []int) error {
 	var mask [2]uint32
 	for _, c := range agentCaps {
 		mask[c/32] |= 1 << (c % 32)
+	}
+	for _, c := range keep {
+		if c >= 0 && c < 64 {
+			mask[c/32] |= 1 << (uint(c) % 32)
+		}
 	}
 	hdr := struct {
 		version uint32

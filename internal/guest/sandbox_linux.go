@@ -99,11 +99,15 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		ln.Close()
 		return nil, cfg, err
 	}
+	if err := noRoot(); err != nil {
+		ln.Close()
+		return nil, cfg, err
+	}
 	if err := installSeccomp(cfg.Seccomp); err != nil {
 		ln.Close()
 		return nil, cfg, err
 	}
-	if err := dropAgentCaps(); err != nil {
+	if err := dropAgentCaps(cfg.KeepCaps); err != nil {
 		ln.Close()
 		return nil, cfg, err
 	}
@@ -402,6 +406,25 @@ func dropBounding(keep []int) error {
 		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e != 0 {
 			return fmt.Errorf("dropping capability %d: %w", c, e)
 		}
+	}
+	return nil
+}
+
+// Securebits (linux/securebits.h).
+const (
+	prSetSecurebits   = 28
+	secbitNoroot      = 1 << 0
+	secbitNorootLockd = 1 << 1
+)
+
+// noRoot sets SECBIT_NOROOT, locked, on the calling thread (the one that
+// forks every command, which inherits it): executing a program as root
+// then grants no capability of itself, so a command holds exactly the
+// ambient capabilities the agent starts it with (its phase's), whatever
+// its uid. Without it root's exec would grant the whole bounding set.
+func noRoot() error {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetSecurebits, secbitNoroot|secbitNorootLockd, 0); e != 0 {
+		return fmt.Errorf("setting SECBIT_NOROOT: %w", e)
 	}
 	return nil
 }

@@ -17,7 +17,8 @@ type Event struct {
 	Cgroup uint64 // the task's cgroup2 id
 	Kind   string
 	// Syscall and Nr name the call; Ret is what it returned (a negative
-	// errno when it was refused); Args are its first three arguments.
+	// errno when it was refused; -1 for an exec the monitor killed, see
+	// RestrictExec); Args are its first three arguments.
 	Syscall string
 	Nr      int
 	Ret     int64
@@ -37,8 +38,12 @@ type Event struct {
 // Denied reports whether the call was refused by a security check:
 // EPERM (seccomp, capabilities, cgroup-bpf), EACCES (permissions) or
 // EROFS (a path the phase keeps read-only). Other errors (a missing file,
-// a refused connection) are failures, not denials.
+// a refused connection) are failures, not denials. An exec is denied
+// when the monitor killed it (a phase's allowed executables).
 func (e Event) Denied() bool {
+	if e.Kind == KindExec {
+		return e.Ret == -1 // killed: not an allowed executable
+	}
 	return e.Kind == KindSyscall && (e.Ret == -1 || e.Ret == -13 || e.Ret == -30)
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,9 @@ type Monitor struct {
 	events chan Event
 	done   chan struct{}
 	once   sync.Once
+
+	xmu     sync.Mutex          // guards following fields
+	allowed map[uint64][]string // each restricted group's paths in exec_allowed
 }
 
 // Start loads and attaches the programs. Events go to the channel Events
@@ -86,6 +90,76 @@ func (m *Monitor) Unwatch(cgroupID uint64) error {
 		return nil
 	}
 	return err
+}
+
+// RestrictExec makes the tasks of cgroup2 group cgroupID run only files
+// of the file system rootDev (a superblock's s_dev, the kernel's
+// encoding: major << 20 | minor) at one of paths: absolute paths of
+// files, or of directories followed by "/*" (every file directly in
+// one), each shorter than 256 bytes. Any other exec is killed in the
+// kernel before the new program runs, and its exec event has Ret -1
+// (EPERM). It replaces the group's earlier paths; during the change an
+// exec of the group may be killed that either set allows.
+func (m *Monitor) RestrictExec(cgroupID, rootDev uint64, paths []string) error {
+	keys := make([]monitorExecKey, 0, len(paths))
+	for _, p := range paths {
+		if len(p) == 0 || len(p) >= len(monitorExecKey{}.Path) || p[0] != '/' {
+			return fmt.Errorf("allowed executable %q: an absolute path shorter than %d bytes", p, len(monitorExecKey{}.Path))
+		}
+		k := monitorExecKey{Cgroup: cgroupID}
+		for i := 0; i < len(p); i++ {
+			k.Path[i] = int8(p[i])
+		}
+		keys = append(keys, k)
+	}
+	m.xmu.Lock()
+	defer m.xmu.Unlock()
+	// The policy first: from here on the group runs nothing the map
+	// does not allow (fail closed while the paths change).
+	if err := m.objs.ExecPolicies.Put(cgroupID, monitorExecPolicy{RootDev: rootDev}); err != nil {
+		return fmt.Errorf("restricting executables: %w", err)
+	}
+	m.dropPathsLocked(cgroupID, paths)
+	for _, k := range keys {
+		if err := m.objs.ExecAllowed.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("allowing an executable: %w", err)
+		}
+	}
+	if m.allowed == nil {
+		m.allowed = map[uint64][]string{}
+	}
+	m.allowed[cgroupID] = slices.Clone(paths)
+	return nil
+}
+
+// UnrestrictExec lets the group run any program again (a group never
+// restricted is no error).
+func (m *Monitor) UnrestrictExec(cgroupID uint64) error {
+	m.xmu.Lock()
+	defer m.xmu.Unlock()
+	err := m.objs.ExecPolicies.Delete(cgroupID)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		err = nil
+	}
+	m.dropPathsLocked(cgroupID, nil)
+	delete(m.allowed, cgroupID)
+	return err
+}
+
+// dropPathsLocked removes the group's allowed paths but keep.
+//
+// Preconditions: m.xmu must be held.
+func (m *Monitor) dropPathsLocked(cgroupID uint64, keep []string) {
+	for _, p := range m.allowed[cgroupID] {
+		if slices.Contains(keep, p) {
+			continue
+		}
+		k := monitorExecKey{Cgroup: cgroupID}
+		for i := 0; i < len(p); i++ {
+			k.Path[i] = int8(p[i])
+		}
+		_ = m.objs.ExecAllowed.Delete(k)
+	}
 }
 
 // Events returns the events, in the order each CPU produced them; it is

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,5 +136,104 @@ func TestMonitor(t *testing.T) {
 	}
 	if n := m.Dropped(); n != 0 {
 		t.Errorf("%d events dropped", n)
+	}
+}
+
+// kernelDev is the s_dev of the file system at path.
+func kernelDev(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	d := st.Dev
+	return ((d>>8)&0xfff|(d>>32)&^uint64(0xfff))<<20 | d&0xff | (d>>12)&^uint64(0xff)
+}
+
+// TestRestrictExec: a restricted group runs the allowed programs (by
+// path, through a symlink, any file of an allowed directory) and every
+// other exec is killed before it runs, with a denied exec event; the
+// same execs in an unrestricted group run (the control), and once
+// unrestricted the group runs anything again.
+func TestRestrictExec(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF programs needs root")
+	}
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Start(nil)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer m.Close()
+	restricted, rid := cgroup2(t, "restricted")
+	other, _ := cgroup2(t, "unrestricted")
+	if err := m.Watch(rid); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "out")
+	// A copy of an allowed program elsewhere, a symlink to an allowed
+	// one, a program of an allowed directory, one of another directory,
+	// and exec through /proc/self/fd of a disallowed one.
+	script := fmt.Sprintf(`cp /usr/bin/true %[1]s/true; ln -s /usr/bin/true %[1]s/link
+		/usr/bin/true && echo allowed >> %[2]s
+		%[1]s/link && echo symlink >> %[2]s
+		/usr/sbin/nologin >/dev/null; echo "dir $?" >> %[2]s
+		%[1]s/true; echo "copy $?" >> %[2]s
+		/usr/bin/env true; echo "env $?" >> %[2]s
+		(exec 7<%[1]s/true; /usr/bin/env -i /proc/self/fd/7); echo "fd $?" >> %[2]s`, tmp, out)
+	allow := []string{sh, "/usr/bin/true", "/usr/bin/cp", "/usr/bin/ln", "/usr/sbin/*"}
+	if err := m.RestrictExec(rid, kernelDev(t, "/"), allow); err != nil {
+		t.Fatal(err)
+	}
+	runIn(t, other, script)
+	control, _ := os.ReadFile(out)
+	if got, want := string(control), "allowed\nsymlink\ndir 1\ncopy 0\nenv 0\nfd 0\n"; got != want {
+		t.Fatalf("negative control, unrestricted: %q, want %q", got, want)
+	}
+	os.Remove(out)
+	os.Remove(filepath.Join(tmp, "true"))
+	os.Remove(filepath.Join(tmp, "link"))
+	runIn(t, restricted, script)
+	got, _ := os.ReadFile(out)
+	if want := "allowed\nsymlink\ndir 1\ncopy 137\nenv 137\nfd 137\n"; string(got) != want {
+		t.Errorf("restricted: %q, want %q", got, want)
+	}
+	var denied []string
+	for _, e := range collect(m) {
+		if e.Kind == KindExec && e.Denied() {
+			denied = append(denied, e.Path)
+		}
+	}
+	if want := []string{tmp + "/true", "/usr/bin/env", "/usr/bin/env"}; strings.Join(denied, " ") != strings.Join(want, " ") {
+		t.Errorf("denied exec events: %q, want %q", denied, want)
+	}
+
+	// A policy for another file system allows nothing.
+	if err := m.RestrictExec(rid, kernelDev(t, "/")+1, allow); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(out)
+	runIn(t, restricted, "/usr/bin/true; echo $? > "+out)
+	if got, _ := os.ReadFile(out); string(got) != "137\n" {
+		t.Errorf("another file system: %q, want 137", got)
+	}
+	if err := m.UnrestrictExec(rid); err != nil {
+		t.Fatal(err)
+	}
+	runIn(t, restricted, "/usr/bin/env true; echo $? > "+out)
+	if got, _ := os.ReadFile(out); string(got) != "0\n" {
+		t.Errorf("unrestricted again: %q, want 0", got)
+	}
+	m.xmu.Lock()
+	n := len(m.allowed)
+	m.xmu.Unlock()
+	var k monitorExecKey
+	var v uint8
+	if n != 0 || m.objs.ExecAllowed.Iterate().Next(&k, &v) {
+		t.Errorf("allowed paths left after UnrestrictExec")
 	}
 }

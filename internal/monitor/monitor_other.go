@@ -18,3 +18,6 @@ func (*Monitor) Unwatch(uint64) error      { return nil }
 func (*Monitor) Events() <-chan Event      { return nil }
 func (*Monitor) Dropped() uint64           { return 0 }
 func (*Monitor) Close() error              { return nil }
+
+func (*Monitor) RestrictExec(uint64, uint64, []string) error { return errdefs.ErrNotSupported }
+func (*Monitor) UnrestrictExec(uint64) error                 { return nil }

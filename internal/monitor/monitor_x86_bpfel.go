@@ -31,17 +31,39 @@ type monitorEvent struct {
 	Argv    [256]int8
 }
 
+type monitorExecKey struct {
+	_      structs.HostLayout
+	Cgroup uint64
+	Path   [256]int8
+}
+
+type monitorExecPolicy struct {
+	_       structs.HostLayout
+	RootDev uint64
+}
+
+type monitorExecScratch struct {
+	_     structs.HostLayout
+	K     monitorExecKey
+	Spill [256]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	monitorMapDropped     = "dropped"
-	monitorMapEvents      = "events"
-	monitorMapSyscalls    = "syscalls"
-	monitorMapWatched     = "watched"
-	monitorProgOnExec     = "on_exec"
-	monitorProgOnSysExit  = "on_sys_exit"
-	monitorVarUnusedEvent = "unused_event"
+	monitorMapDropped          = "dropped"
+	monitorMapEvents           = "events"
+	monitorMapExecAllowed      = "exec_allowed"
+	monitorMapExecPolicies     = "exec_policies"
+	monitorMapExecScratch      = "exec_scratch"
+	monitorMapSyscalls         = "syscalls"
+	monitorMapWatched          = "watched"
+	monitorProgOnExec          = "on_exec"
+	monitorProgOnSysExit       = "on_sys_exit"
+	monitorVarUnusedEvent      = "unused_event"
+	monitorVarUnusedExecKey    = "unused_exec_key"
+	monitorVarUnusedExecPolicy = "unused_exec_policy"
 )
 
 // loadMonitor returns the embedded CollectionSpec for monitor.
@@ -94,17 +116,22 @@ type monitorProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type monitorMapSpecs struct {
-	Dropped  *ebpf.MapSpec `ebpf:"dropped"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Syscalls *ebpf.MapSpec `ebpf:"syscalls"`
-	Watched  *ebpf.MapSpec `ebpf:"watched"`
+	Dropped      *ebpf.MapSpec `ebpf:"dropped"`
+	Events       *ebpf.MapSpec `ebpf:"events"`
+	ExecAllowed  *ebpf.MapSpec `ebpf:"exec_allowed"`
+	ExecPolicies *ebpf.MapSpec `ebpf:"exec_policies"`
+	ExecScratch  *ebpf.MapSpec `ebpf:"exec_scratch"`
+	Syscalls     *ebpf.MapSpec `ebpf:"syscalls"`
+	Watched      *ebpf.MapSpec `ebpf:"watched"`
 }
 
 // monitorVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type monitorVariableSpecs struct {
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEvent      *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedExecKey    *ebpf.VariableSpec `ebpf:"unused_exec_key"`
+	UnusedExecPolicy *ebpf.VariableSpec `ebpf:"unused_exec_policy"`
 }
 
 // monitorObjects contains all objects after they have been loaded into the kernel.
@@ -127,16 +154,22 @@ func (o *monitorObjects) Close() error {
 //
 // It can be passed to loadMonitorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type monitorMaps struct {
-	Dropped  *ebpf.Map `ebpf:"dropped"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Syscalls *ebpf.Map `ebpf:"syscalls"`
-	Watched  *ebpf.Map `ebpf:"watched"`
+	Dropped      *ebpf.Map `ebpf:"dropped"`
+	Events       *ebpf.Map `ebpf:"events"`
+	ExecAllowed  *ebpf.Map `ebpf:"exec_allowed"`
+	ExecPolicies *ebpf.Map `ebpf:"exec_policies"`
+	ExecScratch  *ebpf.Map `ebpf:"exec_scratch"`
+	Syscalls     *ebpf.Map `ebpf:"syscalls"`
+	Watched      *ebpf.Map `ebpf:"watched"`
 }
 
 func (m *monitorMaps) Close() error {
 	return _MonitorClose(
 		m.Dropped,
 		m.Events,
+		m.ExecAllowed,
+		m.ExecPolicies,
+		m.ExecScratch,
 		m.Syscalls,
 		m.Watched,
 	)
@@ -146,7 +179,9 @@ func (m *monitorMaps) Close() error {
 //
 // It can be passed to loadMonitorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type monitorVariables struct {
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEvent      *ebpf.Variable `ebpf:"unused_event"`
+	UnusedExecKey    *ebpf.Variable `ebpf:"unused_exec_key"`
+	UnusedExecPolicy *ebpf.Variable `ebpf:"unused_exec_policy"`
 }
 
 // monitorPrograms contains all programs after they have been loaded into the kernel.

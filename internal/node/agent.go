@@ -219,7 +219,7 @@ func (a *Agent) Create(ctx context.Context, req noderpc.CreateRequest) error {
 	sb, err := rt.Create(ctx, sandbox.Spec{
 		ID: req.ID, Tier: req.Tier, Image: img, CPU: req.CPU,
 		MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Env: req.Env, Network: req.Network,
-		Phases: req.Phases,
+		Phases: req.Phases, Capabilities: req.Capabilities,
 	})
 	if err != nil {
 		return err

@@ -107,6 +107,9 @@ type CreateRequest struct {
 	Network *api.NetworkPolicy `json:"network,omitempty"`
 	// Phases are the task's phases; the sandbox starts in the first.
 	Phases []api.Phase `json:"phases,omitempty"`
+	// Capabilities are the commands' capabilities (see
+	// api.CreateSandboxRequest), checked by the control plane.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 // SetPhaseRequest moves sandbox ID to Phase (one of its phases, which

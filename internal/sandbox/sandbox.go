@@ -81,6 +81,10 @@ type Spec struct {
 	// Phases are the task's phases (validated by the control plane); the
 	// sandbox starts in the first.
 	Phases []api.Phase
+	// Capabilities are the commands' capabilities without phases, and the
+	// most any phase grants (nil: the union of the phases'); canonical
+	// names (see NormalizeCapabilities).
+	Capabilities []string
 }
 
 // Sandbox is one live sandbox. Implementations are safe for concurrent use;

@@ -21,8 +21,33 @@ struct pt_regs {
 	unsigned long di, si, dx, r10, orig_ax;
 } __attribute__((preserve_access_index));
 
+struct qstr {
+	__u64 hash_len;
+	const unsigned char *name;
+} __attribute__((preserve_access_index));
+
+struct super_block {
+	__u32 s_dev;
+} __attribute__((preserve_access_index));
+
+struct dentry {
+	struct dentry *d_parent;
+	struct qstr d_name;
+	struct super_block *d_sb;
+} __attribute__((preserve_access_index));
+
+struct path {
+	void *mnt;
+	struct dentry *dentry;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct path f_path;
+} __attribute__((preserve_access_index));
+
 struct linux_binprm {
 	const char *filename;
+	struct file *file;
 } __attribute__((preserve_access_index));
 
 struct mm_struct {
@@ -56,8 +81,10 @@ struct event {
 	char argv[ARGV_LEN];
 };
 
-// Referenced so that the type is in the object's BTF (bpf2go -type).
+// Referenced so that the types are in the object's BTF (bpf2go -type).
 const struct event *unused_event __attribute__((unused));
+const struct exec_key *unused_exec_key __attribute__((unused));
+const struct exec_policy *unused_exec_policy __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -91,6 +118,115 @@ struct {
 	__type(value, __u64);
 } dropped SEC(".maps");
 
+// Allowed executables. A cgroup2 group with an entry in exec_policies may
+// run only files on the file system root_dev (its root's: nothing else
+// a sandbox can execute from is meant to hold programs, and a memfd is
+// on none) at a path in exec_allowed: exactly, or "dir/*" for any file
+// directly in dir. The path is the one the kernel is about to run,
+// rebuilt from its dentries up to the file system's root: symlinks,
+// relative paths, /proc/self/fd and execveat are all resolved by then,
+// and a script's exec is its interpreter's. Any other exec is killed
+// (SIGKILL, pending before the new program's first instruction).
+#define XPATH 256
+#define XDEPTH 24
+
+struct exec_policy {
+	__u64 root_dev;
+};
+
+struct exec_key {
+	__u64 cgroup;
+	char path[XPATH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct exec_policy);
+} exec_policies SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct exec_key);
+	__type(value, __u8);
+} exec_allowed SEC(".maps");
+
+// The key being built, with room for a name read past its end.
+struct exec_scratch {
+	struct exec_key k;
+	char spill[XPATH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct exec_scratch);
+} exec_scratch SEC(".maps");
+
+// in_path bounds an index into a path for the verifier, with a mask
+// clang cannot drop.
+static __always_inline __u64 in_path(__u64 i) {
+	asm volatile("%0 &= 255" : "+r"(i));
+	return i;
+}
+
+// exec_allowed_file reports whether the group cg (policy pol) may run
+// bprm's file.
+static __always_inline int exec_allowed_file(struct linux_binprm *bprm, __u64 cg, struct exec_policy *pol) {
+	struct dentry *d = BPF_CORE_READ(bprm, file, f_path.dentry);
+	if (!d || (__u64)BPF_CORE_READ(d, d_sb, s_dev) != pol->root_dev)
+		return 0;
+	struct dentry *chain[XDEPTH];
+	int n = 0, top = 0;
+	for (int i = 0; i < XDEPTH; i++) {
+		struct dentry *parent = BPF_CORE_READ(d, d_parent);
+		if (!parent || parent == d) {
+			top = 1;
+			break;
+		}
+		chain[i] = d;
+		n = i + 1;
+		d = parent;
+	}
+	if (!top || n == 0)
+		return 0; // deeper than XDEPTH: refused
+	__u32 zero = 0;
+	struct exec_scratch *s = bpf_map_lookup_elem(&exec_scratch, &zero);
+	if (!s)
+		return 0;
+	__u64 *w = (__u64 *)s;
+	for (int i = 0; i < (int)(sizeof(*s) / 8); i++)
+		w[i] = 0;
+	s->k.cgroup = cg;
+	__u32 off = 0;
+	for (int i = XDEPTH - 1; i >= 0; i--) {
+		if (i >= n)
+			continue;
+		if (off >= XPATH - 2)
+			return 0; // too long: refused
+		if (i == 0) {
+			// The leaf's directory, as "dir/*".
+			s->k.path[in_path(off)] = '/';
+			s->k.path[in_path(off + 1)] = '*';
+			if (bpf_map_lookup_elem(&exec_allowed, &s->k))
+				return 1;
+		}
+		s->k.path[in_path(off)] = '/';
+		off++;
+		const unsigned char *name = BPF_CORE_READ(chain[i], d_name.name);
+		long r = bpf_probe_read_kernel_str(&s->k.path[in_path(off)], XPATH, name);
+		if (r <= 1)
+			return 0;
+		off += r - 1;
+	}
+	if (off >= XPATH)
+		return 0;
+	return bpf_map_lookup_elem(&exec_allowed, &s->k) != 0;
+}
+
 static __always_inline struct event *reserve(__u64 cg, __u32 kind) {
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -118,11 +254,19 @@ static __always_inline struct event *reserve(__u64 cg, __u32 kind) {
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p, int old_pid, struct linux_binprm *bprm) {
 	__u64 cg = bpf_get_current_cgroup_id();
+	int blocked = 0;
+	struct exec_policy *pol = bpf_map_lookup_elem(&exec_policies, &cg);
+	if (pol && !exec_allowed_file(bprm, cg, pol)) {
+		bpf_send_signal(9); // SIGKILL
+		blocked = 1;
+	}
 	if (!bpf_map_lookup_elem(&watched, &cg))
 		return 0;
 	struct event *e = reserve(cg, KIND_EXEC);
 	if (!e)
 		return 0;
+	if (blocked)
+		e->ret = -1; // EPERM: refused
 	const char *f = BPF_CORE_READ(bprm, filename);
 	bpf_probe_read_kernel_str(e->path, sizeof(e->path), f);
 	// The new program's arguments, on its stack by now.

@@ -61,6 +61,8 @@ class SandboxInfo:
     # a sandbox created without phases).
     phases: list[dict[str, Any]] = field(default_factory=list)
     phase: str = ""
+    # The Linux capabilities asked for at create (container tier).
+    capabilities: list[str] = field(default_factory=list)
 
     @property
     def sandbox_id(self) -> str:
@@ -91,6 +93,7 @@ class SandboxInfo:
             network=dict(d["network"]) if isinstance(d.get("network"), Mapping) else None,
             phases=[dict(p) for p in d.get("phases") or [] if isinstance(p, Mapping)],
             phase=str(d.get("phase") or ""),
+            capabilities=[str(c) for c in d.get("capabilities") or []],
         )
 
 

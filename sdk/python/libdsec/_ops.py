@@ -128,6 +128,7 @@ def create_body(
     layers: LayersSpec | None = None,
     network: NetworkSpec | None = None,
     phases: Iterable[Mapping[str, Any]] | None = None,
+    capabilities: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """The CreateSandboxRequest for Sandbox.create's arguments."""
     body: dict[str, Any] = {}
@@ -159,18 +160,30 @@ def create_body(
         body["network"] = network_policy(network)
     if phases is not None:
         body["phases"] = phase_list(phases)
+    if capabilities is not None:
+        body["capabilities"] = str_list(capabilities, "capabilities")
     return body
 
 
-_PHASE_KEYS = ("name", "network", "writable", "user", "cpu", "memory_mb")
+def str_list(v: Any, what: str) -> list[str]:
+    """A list of strings (not a lone string) for ``what``."""
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) or not all(isinstance(x, str) for x in v):
+        raise InvalidArgumentError(f"{what} must be a list of strings, not {v!r}")
+    return list(v)
+
+
+_PHASE_KEYS = ("name", "network", "writable", "user", "cpu", "memory_mb", "capabilities", "executables")
 
 
 def phase_list(phases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The API's phases for Sandbox.create's ``phases``: mappings with
     ``name`` and optionally ``network`` (as for ``network=``), ``writable``
     (absolute paths; omitted: all writable, ``[]``: none), ``user`` ("root",
-    "1000" or "1000:1000"), ``cpu`` and ``memory_mb``. The server checks the
-    values (InvalidArgumentError, code ``invalid_phase``)."""
+    "1000" or "1000:1000"), ``cpu``, ``memory_mb``, ``capabilities`` (names
+    such as "net_bind_service"; default none) and ``executables`` (absolute
+    paths or "dir/*": the only programs that may run; omitted: any). The
+    server checks the values (InvalidArgumentError, codes ``invalid_phase``,
+    ``invalid_capability``, ``invalid_executable``…)."""
     if isinstance(phases, (str, bytes, Mapping)) or not isinstance(phases, Iterable):
         raise InvalidArgumentError("phases must be a list of mappings")
     out: list[dict[str, Any]] = []
@@ -191,6 +204,9 @@ def phase_list(phases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for k in ("user", "cpu", "memory_mb"):
             if p.get(k) is not None:
                 d[k] = p[k]
+        for k in ("capabilities", "executables"):
+            if p.get(k) is not None:
+                d[k] = str_list(p[k], f"phase {p['name']!r}: {k}")
         out.append(d)
     return out
 

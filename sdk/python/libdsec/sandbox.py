@@ -73,6 +73,7 @@ class Sandbox:
         layers: LayersSpec | None = None,
         network: NetworkSpec | None = None,
         phases: Iterable[Mapping[str, Any]] | None = None,
+        capabilities: Iterable[str] | None = None,
         client: Client | None = None,
     ) -> Sandbox:
         """Create a sandbox and wait until it runs.
@@ -103,8 +104,15 @@ class Sandbox:
                 ``writable`` (absolute paths; the rest of the root is
                 read-only; omitted: all writable, ``[]``: nothing),
                 ``user`` ("root", "1000" or "1000:1000"), ``cpu`` and
-                ``memory_mb``. The sandbox starts in the first; set_phase
-                moves it on. With phases, ``network`` is per phase.
+                ``memory_mb``, ``capabilities`` (Linux capabilities of the
+                phase's commands, e.g. ``["net_bind_service"]``; default
+                none) and ``executables`` (absolute paths or ``"/dir/*"``:
+                the only programs that may run, any other exec is killed and
+                audited; omitted: any). The sandbox starts in the first;
+                set_phase moves it on. With phases, ``network`` is per phase.
+            capabilities: container tier: Linux capabilities of commands
+                (without phases) and the most any phase may grant; default
+                none (with phases: the union of theirs).
             envs: environment for every command.
             metadata: labels to filter on in list() (``labels=`` is an alias).
             url, token: the server; defaults from $DSEC_URL / $DSEC_TOKEN or
@@ -116,7 +124,7 @@ class Sandbox:
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
-            network=network, phases=phases,
+            network=network, phases=phases, capabilities=capabilities,
         )
         rt = request_timeout or c.options.request_timeout
         info = c.run(_ops.create_sandbox(body, rt))

@@ -69,6 +69,7 @@ class AsyncSandbox:
         layers: LayersSpec | None = None,
         network: NetworkSpec | None = None,
         phases: Iterable[Mapping[str, Any]] | None = None,
+        capabilities: Iterable[str] | None = None,
         client: AsyncClient | None = None,
     ) -> AsyncSandbox:
         """As :meth:`Sandbox.create <libdsec.Sandbox.create>`."""
@@ -76,7 +77,7 @@ class AsyncSandbox:
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
-            network=network, phases=phases,
+            network=network, phases=phases, capabilities=capabilities,
         )
         rt = request_timeout or c.options.request_timeout
         info = await c.run(_ops.create_sandbox(body, rt))

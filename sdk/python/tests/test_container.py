@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import socket
 import threading
+import time
 from typing import Iterator
 
 import pytest
@@ -302,6 +303,27 @@ def test_container_phases_refused(conn: Conn, labels: dict[str, str]) -> None:
     assert e.value.code == "invalid_phase"
     with pytest.raises(InvalidArgumentError):
         Sandbox.create(tier="container", image="busybox", phases=[{"name": "a", "bogus": 1}], metadata=labels, **conn)
+
+
+def test_container_phase_caps_and_executables(conn: Conn, labels: dict[str, str]) -> None:
+    phases = [
+        {"name": "setup"},
+        {"name": "work", "user": "1000", "capabilities": ["dac_override"], "executables": ["/bin/busybox"]},
+    ]
+    with Sandbox.create(tier="container", image="busybox", phases=phases, metadata=labels, **conn) as sb:
+        assert sb.get_info().phases[1]["capabilities"] == ["CAP_DAC_OVERRIDE"]
+        r = sb.commands.run("echo s > /secret && chmod 600 /secret && cp /bin/busybox /tmp/true && /tmp/true true && echo ran")
+        assert r.stdout == "ran\n", r
+        sb.set_phase("work")
+        r = sb.commands.run("grep CapEff /proc/self/status; cat /secret; /tmp/true true; echo rc=$?")
+        assert r.stdout.split() == ["CapEff:", "0000000000000002", "s", "rc=137"], r
+        deadline = time.monotonic() + 10
+        while not any(e.rule == "exec-not-allowed" and e.path == "/tmp/true" for e in sb.events()):
+            assert time.monotonic() < deadline, sb.events()
+            time.sleep(0.1)
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create(tier="container", image="busybox", capabilities=["sys_admin"], metadata=labels, **conn)
+    assert e.value.code == "invalid_capability"
 
 
 def test_container_audit_events(conn: Conn, labels: dict[str, str]) -> None:
