@@ -1,0 +1,87 @@
+package function
+
+// The catalogue's attacks on the function tier (A47–A49): each asserts
+// the safe outcome and a control where the same module, given room or a
+// legitimate path, does what the attack wanted. Escapes that write are
+// audited (the tier records its workspace's writes); memory and time are
+// enforced by wazero and the call's deadline, which no system call shows.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/audit"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+)
+
+func TestAdversarial(t *testing.T) {
+	rules, err := audit.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &collect{}
+	rt := newRuntime(t, t.TempDir(), Options{Audit: audit.NewRecorder(nil, rules, sink, nil)})
+	ctx := context.Background()
+
+	t.Run("A47_memory_grow", func(t *testing.T) {
+		sb := create(t, rt, func(s *sandbox.Spec) { s.MemoryMB = 64 })
+		if res := run(t, sb, "", "alloc", "512"); res.ExitCode == 0 || !strings.Contains(res.Stderr, "out of memory") {
+			t.Errorf("512 MiB under 64 MiB: %+v", res)
+		}
+		// Control: within the limit the same module allocates.
+		if res := run(t, sb, "", "alloc", "16"); res.ExitCode != 0 {
+			t.Errorf("control: 16 MiB under 64 MiB: %+v", res)
+		}
+	})
+
+	t.Run("A48_busy_loop", func(t *testing.T) {
+		sb := create(t, rt, nil)
+		start := time.Now()
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"loop"}, TimeoutS: 0.2}})
+		if err != nil || !res.TimedOut || time.Since(start) > 5*time.Second {
+			t.Errorf("loop under a 0.2 s deadline: %+v, %v after %v", res, err, time.Since(start))
+		}
+		// Control: the sandbox still answers, and a call that ends in
+		// time is not cut.
+		if res := run(t, sb, "", "echo", "ok"); res.Stdout != "ok\n" || res.TimedOut {
+			t.Errorf("control: %+v", res)
+		}
+	})
+
+	t.Run("A49_path_escape", func(t *testing.T) {
+		sb := create(t, rt, func(s *sandbox.Spec) {
+			s.Phases = []api.Phase{{Name: "coding", Writable: []string{"/workspace/src", "/workspace/openat.wasm"}}}
+		})
+		if _, err := sb.Files().Mkdir(ctx, "/workspace/src", false); err != nil {
+			t.Fatal(err)
+		}
+		openat := installTool(t, sb, "openat")
+		for _, argv := range [][]string{
+			{openat, "4", "../../etc/passwd"}, {openat, "3", "../../etc/passwd"}, {"cat", "/workspace/../../etc/passwd"},
+		} {
+			if res := run(t, sb, "", argv...); res.ExitCode == 0 || strings.Contains(res.Stdout, "root:") {
+				t.Errorf("%q escaped: %+v", argv, res)
+			}
+		}
+		// A write out of the phase's writable path, by .. : refused and
+		// audited; the control, a write inside, is allowed with no rule.
+		run(t, sb, "x", "write", "/workspace/src/../tests/test_x.py")
+		run(t, sb, "x", "write", "/workspace/src/ok.py")
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		var escaped, inside bool
+		for _, e := range sink.evs {
+			if e.Sandbox != sb.ID() {
+				continue
+			}
+			escaped = escaped || strings.HasSuffix(e.Path, "tests/test_x.py") && e.Verdict == "denied" && e.Rule == "test-tampering"
+			inside = inside || e.Path == "/workspace/src/ok.py" && e.Verdict == "allowed" && e.Rule == ""
+		}
+		if !escaped || !inside {
+			t.Errorf("audit events: the escaping write %v, the control %v: %+v", escaped, inside, sink.evs)
+		}
+	})
+}
