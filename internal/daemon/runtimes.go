@@ -3,9 +3,12 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -212,13 +215,21 @@ func (d *daemon) nodePrefixes() []netip.Prefix {
 // attachGuard attaches the cgroup-bpf guard to the sandboxes' cgroup2
 // parent (every sandbox's group inherits it) and returns what detaches
 // it. Where it cannot attach, sandboxes keep nftables' and seccomp's
-// refusals of the same things; the node's status says so.
+// refusals of the same things; the node's status says so. The links are
+// pinned under the tier's network name: sandboxes that outlive the
+// agent (kept, or a crash) stay guarded, and the next agent takes the
+// links over; the function returned leaves them while a sandbox's group
+// remains below the parent, and removes them once none does.
 func (d *daemon) attachGuard(parent2 string, dns []netip.Addr) func() {
 	if parent2 == "" {
 		d.info.Guard = "unavailable: no cgroup2 hierarchy"
 		return func() {}
 	}
-	g, err := guard.Attach(parent2, guard.DefaultDeny, dns)
+	name := d.cfg.Container.Name
+	if name == "" {
+		name = network.DefaultName
+	}
+	g, err := guard.Attach(parent2, guard.Options{Deny: guard.DefaultDeny, DNS: dns, PinDir: guard.PinDir(name)})
 	if err != nil {
 		d.log.Warn("the cgroup-bpf guard cannot attach: nftables and seccomp still refuse metadata addresses and raw sockets", "err", err)
 		d.info.Guard = "unavailable: " + err.Error()
@@ -226,7 +237,20 @@ func (d *daemon) attachGuard(parent2 string, dns []netip.Addr) func() {
 	}
 	d.info.Guard = "on"
 	var once sync.Once
-	return func() { once.Do(func() { g.Close() }) }
+	return func() {
+		once.Do(func() {
+			ents, _ := os.ReadDir(parent2)
+			if slices.ContainsFunc(ents, fs.DirEntry.IsDir) {
+				if err := g.Keep(); err != nil {
+					d.log.Warn("releasing the cgroup-bpf guard", "err", err)
+				}
+				return
+			}
+			if err := g.Close(); err != nil {
+				d.log.Warn("detaching the cgroup-bpf guard", "err", err)
+			}
+		})
+	}
 }
 
 // warmPool is the warm pool's size for the warm_pool setting.

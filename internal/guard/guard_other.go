@@ -13,7 +13,14 @@ type Guard struct{}
 
 var DefaultDeny []netip.Prefix
 
-func Attach(string, []netip.Prefix, []netip.Addr) (*Guard, error) {
-	return nil, errdefs.ErrNotSupported
-}
+func Attach(string, Options) (*Guard, error) { return nil, errdefs.ErrNotSupported }
+
 func (*Guard) Close() error { return nil }
+
+func (*Guard) Keep() error { return nil }
+
+func Remove(string) error { return nil }
+
+func ProgramNames() []string { return nil }
+
+func Attached(string) ([]string, error) { return nil, errdefs.ErrNotSupported }

@@ -34,6 +34,7 @@ const (
 	guardMapDns4        = "dns4"
 	guardProgConnect4   = "connect4"
 	guardProgConnect6   = "connect6"
+	guardProgDevice     = "device"
 	guardProgSendmsg4   = "sendmsg4"
 	guardProgSendmsg6   = "sendmsg6"
 	guardProgSockCreate = "sock_create"
@@ -83,6 +84,7 @@ type guardSpecs struct {
 type guardProgramSpecs struct {
 	Connect4   *ebpf.ProgramSpec `ebpf:"connect4"`
 	Connect6   *ebpf.ProgramSpec `ebpf:"connect6"`
+	Device     *ebpf.ProgramSpec `ebpf:"device"`
 	Sendmsg4   *ebpf.ProgramSpec `ebpf:"sendmsg4"`
 	Sendmsg6   *ebpf.ProgramSpec `ebpf:"sendmsg6"`
 	SockCreate *ebpf.ProgramSpec `ebpf:"sock_create"`
@@ -148,6 +150,7 @@ type guardVariables struct {
 type guardPrograms struct {
 	Connect4   *ebpf.Program `ebpf:"connect4"`
 	Connect6   *ebpf.Program `ebpf:"connect6"`
+	Device     *ebpf.Program `ebpf:"device"`
 	Sendmsg4   *ebpf.Program `ebpf:"sendmsg4"`
 	Sendmsg6   *ebpf.Program `ebpf:"sendmsg6"`
 	SockCreate *ebpf.Program `ebpf:"sock_create"`
@@ -157,6 +160,7 @@ func (p *guardPrograms) Close() error {
 	return _GuardClose(
 		p.Connect4,
 		p.Connect6,
+		p.Device,
 		p.Sendmsg4,
 		p.Sendmsg6,
 		p.SockCreate,

@@ -2,7 +2,8 @@
 // DSec's cgroup-bpf guard: attached to the cgroup2 parent of every
 // sandbox, it refuses what no sandbox may do whatever its network policy,
 // independently of nftables and seccomp: connecting or sending to a
-// link-local or cloud metadata address, and raw IP sockets. (Packet
+// link-local or cloud metadata address, raw IP sockets, and any device
+// but those of a sandbox's minimal /dev (mknod of anything). (Packet
 // sockets are not inet sockets: the sock_create hook never sees them;
 // capabilities and seccomp refuse them.) Built with `go generate`
 // (bpf2go, clang); objects committed.
@@ -88,4 +89,25 @@ int sock_create(struct bpf_sock *sk) {
 	if ((sk->family == AF_INET || sk->family == AF_INET6) && sk->type == SOCK_RAW)
 		return 0;
 	return 1;
+}
+
+// The character devices of a sandbox's /dev (guest.buildDev): null,
+// zero, full, random, urandom, tty, its devpts' ptmx and terminals. Any
+// other device, block devices and mknod of anything included, is refused
+// (EPERM). The kernel never asks about overlayfs whiteouts (c 0:0).
+SEC("cgroup/dev")
+int device(struct bpf_cgroup_dev_ctx *ctx) {
+	__u32 type = ctx->access_type & 0xffff;
+	__u32 access = ctx->access_type >> 16;
+	if (access & BPF_DEVCG_ACC_MKNOD || type != BPF_DEVCG_DEV_CHAR)
+		return 0;
+	switch (ctx->major) {
+	case 1: // null zero full random urandom
+		return ctx->minor == 3 || ctx->minor == 5 || ctx->minor == 7 || ctx->minor == 8 || ctx->minor == 9;
+	case 5: // tty ptmx
+		return ctx->minor == 0 || ctx->minor == 2;
+	case 136: // pts
+		return 1;
+	}
+	return 0;
 }
