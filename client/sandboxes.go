@@ -2,7 +2,10 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -219,4 +222,39 @@ func (c *Client) Grade(ctx context.Context, id string, req api.GradeRequest) (*a
 		return nil, err
 	}
 	return &res, nil
+}
+
+// FollowAuditEvents streams the sandbox's audit events to fn (GET
+// …/events/stream): those after skip, then each new one as the node's
+// monitor sees it, until the sandbox has ended (nil), ctx ends (its
+// error), or fn fails (its error). The client's timeout does not apply.
+func (c *Client) FollowAuditEvents(ctx context.Context, id string, skip int, fn func(api.AuditEvent) error) error {
+	p, err := sandboxPath(id, "/events/stream")
+	if err != nil {
+		return err
+	}
+	if skip > 0 {
+		p += "?skip=" + strconv.Itoa(skip)
+	}
+	resp, err := c.send(ctx, &request{method: http.MethodGet, path: p, accept: hdrNDJSON})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var e api.AuditEvent
+		if err := dec.Decode(&e); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("reading audit events: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
 }

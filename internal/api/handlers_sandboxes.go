@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -117,6 +118,40 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, owner strin
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.AuditEventList{Events: evs})
+}
+
+// auditEventsStream sends a sandbox's audit events as NDJSON, one
+// AuditEvent a line, the stored ones first, then each new one as the
+// monitor sees it, until the client goes or the sandbox has ended.
+func (s *Server) auditEventsStream(w http.ResponseWriter, r *http.Request, owner string) {
+	skip := 0
+	if v := r.URL.Query().Get("skip"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, "bad_request", "skip must be a whole number ≥ 0"))
+			return
+		}
+		skip = n
+	}
+	id := r.PathValue("id")
+	if _, err := s.mgr.Get(owner, id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	enc := json.NewEncoder(w)
+	err := s.mgr.FollowAuditEvents(r.Context(), owner, id, skip, func(e wire.AuditEvent) error {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+		return rc.Flush()
+	})
+	if err != nil && r.Context().Err() == nil {
+		s.log.Warn("streaming audit events", "sandbox", id, "err", err)
+	}
 }
 
 func (s *Server) setPhase(w http.ResponseWriter, r *http.Request, owner string) {

@@ -101,6 +101,7 @@ func (s *Server) routes() {
 	priv("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
 	priv("POST /v1/sandboxes/{id}/phase", s.setPhase)
 	priv("GET /v1/sandboxes/{id}/events", s.auditEvents)
+	priv("GET /v1/sandboxes/{id}/events/stream", s.auditEventsStream)
 	priv("GET /v1/sandboxes/{id}/integrity", s.integrity)
 	priv("POST /v1/sandboxes/{id}/grade", s.grade)
 	priv("GET /v1/sandboxes/{id}/stats", s.sandboxStats)

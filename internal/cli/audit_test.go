@@ -43,3 +43,27 @@ func TestAudit(t *testing.T) {
 		t.Errorf("audit --json: %+v (%v)", res, err)
 	}
 }
+
+// TestAuditFollow: --follow prints the stream's events as they come
+// (NDJSON with --json) and ends with it.
+func TestAuditFollow(t *testing.T) {
+	var query string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sandboxes/{id}/events/stream", func(w http.ResponseWriter, r *http.Request) {
+		query = r.URL.RawQuery
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		enc.Encode(api.AuditEvent{Sandbox: "sb-1", Time: time.Unix(0, 0), Kind: "exec", Path: "/bin/sh", Verdict: "allowed", Severity: "info"})
+		w.(http.Flusher).Flush()
+		enc.Encode(api.AuditEvent{Sandbox: "sb-1", Time: time.Unix(1, 0), Kind: "syscall", Syscall: "mount", Path: "/mnt", Verdict: "denied", Severity: "high", Rule: "mount"})
+	})
+	res := dsec(t, mux, "audit", "-f", "--skip", "3", "sb-1")
+	if res.code != 0 || !strings.Contains(res.stdout, "/bin/sh") || !strings.Contains(res.stdout, "denied") || query != "skip=3" {
+		t.Errorf("audit --follow: %+v (query %q)", res, query)
+	}
+	res = dsec(t, mux, "--json", "audit", "--follow", "--rules", "sb-1")
+	var e api.AuditEvent
+	if res.code != 0 || strings.Count(res.stdout, "\n") != 1 || json.Unmarshal([]byte(res.stdout), &e) != nil || e.Rule != "mount" {
+		t.Errorf("audit --follow --json --rules: %+v", res)
+	}
+}

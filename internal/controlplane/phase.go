@@ -193,3 +193,42 @@ func (m *Manager) Integrity(ctx context.Context, owner, id string) (api.Integrit
 	slices.SortFunc(r.Rules, func(a, b api.RuleCount) int { return a.First.Compare(b.First) })
 	return r, nil
 }
+
+// followGrace is how long FollowAuditEvents keeps following after the
+// sandbox ended: its last events are still on their way from the node.
+const followGrace = 2 * time.Second
+
+// FollowAuditEvents calls fn with a sandbox's audit events after the
+// first skip, then with new ones as the monitor sees them, until ctx ends
+// or followGrace after the sandbox stopped.
+func (m *Manager) FollowAuditEvents(ctx context.Context, owner, id string, skip int, fn func(api.AuditEvent) error) error {
+	if _, err := m.owned(owner, id); err != nil {
+		return err
+	}
+	if skip < 0 {
+		return errdefs.New(errdefs.Invalid, "out_of_range", "skip must be ≥ 0")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rec, _, ok := m.cache.get(id)
+			if !ok || rec.State == api.StateStopped || rec.State == api.StateFailed {
+				select {
+				case <-ctx.Done():
+				case <-time.After(followGrace):
+					cancel()
+				}
+				return
+			}
+		}
+	}()
+	return m.st.FollowAuditEvents(ctx, id, skip, fn)
+}

@@ -361,6 +361,26 @@ def audit_events(sandbox_id: str, skip: int, limit: int | None, timeout: float) 
     return [AuditEvent.from_json(e) for e in json_body(resp).get("events") or []]
 
 
+# FOLLOW_TIMEOUT bounds the wait for the next audit event of a followed
+# sandbox: the stream stays open as long as the sandbox lives.
+FOLLOW_TIMEOUT = 24 * 3600.0
+
+
+def follow_events_call(sandbox_id: str, skip: int) -> Call:
+    """GET …/events/stream: NDJSON AuditEvents as they happen."""
+    params = [("skip", str(int(skip)))] if skip else []
+    return Call(
+        "GET", sandbox_path(sandbox_id, "events", "stream"), FOLLOW_TIMEOUT,
+        params=params, headers={"Accept": "application/x-ndjson"},
+    )
+
+
+def audit_event_line(line: str) -> AuditEvent | None:
+    """One line of the events stream as an AuditEvent (None if blank)."""
+    line = line.strip()
+    return AuditEvent.from_json(json.loads(line)) if line else None
+
+
 def integrity(sandbox_id: str, timeout: float) -> Op[dict[str, Any]]:
     resp = yield Call("GET", sandbox_path(sandbox_id, "integrity"), timeout)
     return dict(json_body(resp))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Iterable, List, Mapping, Sequence
+from typing import Any, Iterable, Iterator, List, Mapping, Sequence
 
 from . import _ops
-from ._http import Client
+from ._http import Client, wrap_transport
 from ._models import AuditEvent, SandboxInfo, SandboxStats
 from ._ops import LayersSpec, NetworkSpec
 from .commands import Commands
@@ -220,6 +220,22 @@ class Sandbox:
         (e.g. ``mount``, ``test-tampering``, ``metadata-connect``). Works
         after the sandbox ended too."""
         return self._client.run(_ops.audit_events(self.sandbox_id, skip, limit, self._rt))
+
+    def follow_events(self, skip: int = 0) -> Iterator[AuditEvent]:
+        """Iterate over the sandbox's audit events as they happen: those
+        after ``skip`` first, then each new one as the node's monitor sees
+        it. The iteration ends shortly after the sandbox has ended; break
+        out of it to stop earlier."""
+        call = _ops.follow_events_call(self.sandbox_id, skip)
+        resp = self._client.send(call, stream=True)
+        try:
+            with wrap_transport(call.what):
+                for line in resp.iter_lines():
+                    e = _ops.audit_event_line(line)
+                    if e is not None:
+                        yield e
+        finally:
+            resp.close()
 
     def integrity(self) -> dict:
         """The rollout's integrity report (the ``IntegrityReport`` schema):

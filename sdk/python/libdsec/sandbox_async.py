@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Iterable, List, Mapping, Sequence
+from typing import Any, AsyncIterator, Iterable, Iterator, List, Mapping, Sequence
 
 from . import _ops
-from ._http import AsyncClient
+from ._http import AsyncClient, wrap_transport
 from ._models import AuditEvent, SandboxInfo, SandboxStats
 from ._ops import LayersSpec, NetworkSpec
 from .commands import AsyncCommands
@@ -160,6 +160,19 @@ class AsyncSandbox:
         (e.g. ``mount``, ``test-tampering``, ``metadata-connect``). Works
         after the sandbox ended too."""
         return await self._client.run(_ops.audit_events(self.sandbox_id, skip, limit, self._rt))
+
+    async def follow_events(self, skip: int = 0) -> AsyncIterator[AuditEvent]:
+        """As Sandbox.follow_events: ``async for e in sb.follow_events()``."""
+        call = _ops.follow_events_call(self.sandbox_id, skip)
+        resp = await self._client.send(call, stream=True)
+        try:
+            with wrap_transport(call.what):
+                async for line in resp.aiter_lines():
+                    e = _ops.audit_event_line(line)
+                    if e is not None:
+                        yield e
+        finally:
+            await resp.aclose()
 
     async def integrity(self) -> dict:
         """The rollout's integrity report (the ``IntegrityReport`` schema):

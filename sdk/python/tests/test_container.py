@@ -380,3 +380,23 @@ def test_container_sealed_grading(conn: Conn, labels: dict[str, str], tmp_path) 
         with pytest.raises(InvalidArgumentError) as e:
             sb.grade("tests/sdk-adder:v1", cmd, report="relative/junit.xml")
         assert e.value.code == "invalid_grade"
+
+
+def test_container_follow_events(conn: Conn, labels: dict[str, str]) -> None:
+    """sb.follow_events(): stored events, then new ones; it ends after the sandbox."""
+    sb = Sandbox.create(tier="container", image="busybox", metadata=labels, **conn)
+    try:
+        sb.commands.run("mount -t tmpfs none /mnt; true")
+        later = threading.Timer(0.3, lambda: sb.commands.run("mkdir -p /w/tests && echo x > /w/tests/test_f.py"))
+        later.start()
+        seen = set()
+        for e in sb.follow_events():
+            seen.add((e.rule, e.path))
+            if ("test-tampering", "/w/tests/test_f.py") in seen:
+                break
+        later.join()
+        assert ("mount", "/mnt") in seen, seen
+    finally:
+        sb.kill()
+    # After the sandbox, the stream ends by itself with everything kept.
+    assert ("test-tampering", "/w/tests/test_f.py") in {(e.rule, e.path) for e in sb.follow_events()}
