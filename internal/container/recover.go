@@ -72,25 +72,32 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 		}
 		return nil, err
 	}
-	var out []sandbox.Sandbox
 	r.mu.Lock()
 	for _, sb := range adopted {
 		if sb != nil {
 			r.sandboxes[sb.id] = sb
-			out = append(out, sb)
 		}
 	}
 	r.mu.Unlock()
+	var out []sandbox.Sandbox
 	for _, sb := range adopted {
-		if sb != nil {
-			r.watch(sb)
-			// The monitor's maps went with the node that set them.
-			if p := sb.commandPhase(); p != nil && p.Executables != nil {
-				if err := r.setExecutables(sb, *p); err != nil {
-					r.log.Error("an adopted sandbox's executables are not enforced", "sandbox", sb.id, "err", err)
+		if sb == nil {
+			continue
+		}
+		r.watch(sb)
+		// The monitor's maps went with the node that set them. A phase
+		// whose executables cannot be enforced again fails closed: the
+		// sandbox is destroyed, not left running unrestricted.
+		if p := sb.commandPhase(); p != nil && p.Executables != nil {
+			if err := r.setExecutables(sb, *p); err != nil {
+				r.log.Error("destroying an adopted sandbox whose allowed executables cannot be enforced", "sandbox", sb.id, "err", err)
+				if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
+					r.log.Error("destroying an adopted sandbox", "sandbox", sb.id, "err", err)
 				}
+				continue
 			}
 		}
+		out = append(out, sb)
 	}
 	// What no adopted sandbox owns goes: networks (namespaces, veths,
 	// nftables elements) and cgroups, killing any process left in them.
