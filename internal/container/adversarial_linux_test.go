@@ -113,6 +113,7 @@ func testAdversarial(t *testing.T, e *isoEnv, main *Sandbox) {
 	})
 
 	t.Run("phases", func(t *testing.T) { testPhaseAttacks(t, e) })
+	t.Run("A37_connection_across_phases", func(t *testing.T) { testConnectionAcrossPhases(t, e) })
 }
 
 // testPhaseAttacks: what a phase leaves behind for the next (A16, A60,
@@ -179,6 +180,10 @@ func testPhaseAttacks(t *testing.T, e *isoEnv) {
 				t.Errorf("%s root processes in coding:\n%s", f[0], ps)
 			}
 		}
+		// Its end is on the record: killed by the change, in setup.
+		e.auditedWhere(t, sb, "phase-survivor", "denied", "the setup daemon killed", func(ev api.AuditEvent) bool {
+			return ev.Kind == "phase-kill" && ev.Phase == "setup" && ev.Path == probePath && int(ev.UID) == e.rt.opt.HostUID
+		})
 		// Root back: refused, and seen.
 		expect(t, "coding", probeIn(t, sb, "sys", "setuid=0"), map[string][]string{"setuid:0": {"EPERM"}})
 		e.audited(t, sb, "privilege-refused", "denied", "setuid")
@@ -266,6 +271,9 @@ func testPhaseAttacks(t *testing.T, e *isoEnv) {
 		if info := bg.Info(); info.State == api.ProcessRunning {
 			t.Errorf("the coding phase's rewriter runs in testing: %+v", info)
 		}
+		e.auditedWhere(t, sb, "phase-survivor", "denied", "the rewriter killed", func(ev api.AuditEvent) bool {
+			return ev.Kind == "phase-kill" && ev.Phase == "coding" && ev.Comm == "sh"
+		})
 		res := run(t, sb, sh("echo y > /workspace/src/app.py; true")...)
 		if !strings.Contains(res.Stderr, "Read-only file system") {
 			t.Errorf("testing writes the solution: %+v", res)

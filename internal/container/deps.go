@@ -6,6 +6,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/network"
 )
 
@@ -39,6 +40,9 @@ type networks interface {
 type watcher interface {
 	Watch(id string, cgroupID uint64, phase func() string) error
 	Unwatch(cgroupID uint64)
+	// Record records an event the node saw itself (a process a phase
+	// change killed).
+	Record(id, phase string, e monitor.Event)
 }
 
 // execGuard is the node's eBPF monitor as the enforcer of allowed

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -108,6 +111,7 @@ func checkPhase(spec sandbox.Spec, p *api.Phase) error {
 // and waits until they are gone from its cgroup.
 func (s *Sandbox) endCommands(ctx context.Context) error {
 	agent := s.state.Pid
+	var seen []int // recorded
 	for {
 		procs, err := s.cg.Procs()
 		if err != nil {
@@ -130,6 +134,10 @@ func (s *Sandbox) endCommands(ctx context.Context) error {
 			if err != nil {
 				continue // gone already
 			}
+			if !slices.Contains(seen, pid) {
+				seen = append(seen, pid)
+				s.recordKill(pid)
+			}
 			_ = fd.Kill()
 			_ = fd.Close()
 		}
@@ -139,6 +147,35 @@ func (s *Sandbox) endCommands(ctx context.Context) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// recordKill records, as an audit event of the current (earlier) phase,
+// that process pid is killed by a phase change: the process list is read
+// from the host (the sandbox is frozen), never from the agent.
+func (s *Sandbox) recordKill(pid int) {
+	rec := s.rt.opt.Monitor
+	if rec == nil {
+		return
+	}
+	e := monitor.Event{Time: time.Now(), Kind: monitor.KindPhaseKill, Pid: uint32(pid)}
+	proc := fmt.Sprintf("/proc/%d/", pid)
+	if b, err := os.ReadFile(proc + "comm"); err == nil {
+		e.Comm = strings.TrimSpace(string(b))
+	}
+	e.Path, _ = os.Readlink(proc + "exe")
+	if b, err := os.ReadFile(proc + "status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == "Uid:" {
+				uid, _ := strconv.ParseUint(f[2], 10, 32) // effective
+				e.UID = uint32(uid)
+			}
+		}
+	}
+	phase := ""
+	if s.state.Phase != nil {
+		phase = s.state.Phase.Name
+	}
+	rec.Record(s.id, phase, e)
 }
 
 // applyPhase applies p (after old, nil at create) to sb: network,

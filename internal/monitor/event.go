@@ -9,6 +9,10 @@ import (
 const (
 	KindExec    = "exec"    // a program was executed (Path)
 	KindSyscall = "syscall" // a watched system call returned (Syscall, Ret)
+	// KindPhaseKill is reported by the node, not the kernel: a process of
+	// the earlier phase still running at a phase change, killed by it
+	// (Pid, UID, Comm, Path: its executable).
+	KindPhaseKill = "phase-kill"
 )
 
 // Event is one thing a watched task did.
@@ -41,8 +45,11 @@ type Event struct {
 // a refused connection) are failures, not denials. An exec is denied
 // when the monitor killed it (a phase's allowed executables).
 func (e Event) Denied() bool {
-	if e.Kind == KindExec {
+	switch e.Kind {
+	case KindExec:
 		return e.Ret == -1 // killed: not an allowed executable
+	case KindPhaseKill:
+		return true
 	}
 	return e.Kind == KindSyscall && (e.Ret == -1 || e.Ret == -13 || e.Ret == -30)
 }
