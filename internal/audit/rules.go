@@ -36,7 +36,7 @@ type Rule struct {
 
 // Match is what an event must have, every field given (empty: any).
 type Match struct {
-	// Kind is "exec", "syscall" or "phase-kill".
+	// Kind is "exec", "syscall", "oom-kill" or "phase-kill".
 	Kind     string   `json:"kind,omitempty"`
 	Syscalls []string `json:"syscalls,omitempty"`
 	// Paths are patterns of the event's path: "*" matches within a path

@@ -210,3 +210,16 @@ func (e *isoEnv) sawConnects(t *testing.T, sb *Sandbox, targets []string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// notHit fails the test if sandbox sb (a control) has an event of rule.
+func (e *isoEnv) notHit(t *testing.T, sb *Sandbox, rule string) {
+	t.Helper()
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	for _, ev := range e.audit.evs {
+		if ev.Sandbox == sb.id && ev.Rule == rule {
+			t.Errorf("the control %s hit rule %s: %+v", sb.id, rule, ev)
+			return
+		}
+	}
+}

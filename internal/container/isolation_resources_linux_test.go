@@ -130,6 +130,10 @@ func testResources(t *testing.T, e *isoEnv, main *Sandbox) {
 		if free.get(t, "started") != "600" {
 			t.Errorf("negative control: 600 processes under pids.max 2048: %v", free)
 		}
+		// Refused forks are seen (the bombs' and the probe's), the
+		// control's none.
+		e.auditedWhere(t, bomb, "pids-exhausted", "failed", "a fork refused at pids.max", func(ev api.AuditEvent) bool { return ev.Result == -11 })
+		e.notHit(t, big, "pids-exhausted")
 		run(t, big, "kill", "-9", "-1") // the sleeps
 		_ = os.WriteFile(pidsMax, []byte("512"), 0o644)
 	})
@@ -142,6 +146,7 @@ func testResources(t *testing.T, e *isoEnv, main *Sandbox) {
 		if st := stats(small); st.OOMKills < 1 {
 			t.Errorf("no OOM kill counted in the sandbox: %+v", st)
 		}
+		e.auditedWhere(t, small, "oom-kill", "denied", "the OOM kill", func(ev api.AuditEvent) bool { return ev.Kind == "oom-kill" && ev.Comm != "" })
 		if res := run(t, small, "echo", "alive"); res.Stdout != "alive\n" {
 			t.Errorf("the sandbox's agent after the OOM kill: %+v", res)
 		}
@@ -152,6 +157,7 @@ func testResources(t *testing.T, e *isoEnv, main *Sandbox) {
 		if res := run(t, big, probePath, "alloc", "128"); res.ExitCode != 0 {
 			t.Errorf("negative control: 128 MiB under 512 MiB: %+v", res)
 		}
+		e.notHit(t, big, "oom-kill")
 		// /dev/shm (memory too) is capped at 64 MiB; the upper, the
 		// negative control, takes the same 100 MiB.
 		shm := run(t, big, sh("dd if=/dev/zero of=/dev/shm/f bs=1M count=100 2>&1; wc -c < /dev/shm/f; rm -f /dev/shm/f")...)

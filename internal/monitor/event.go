@@ -9,6 +9,9 @@ import (
 const (
 	KindExec    = "exec"    // a program was executed (Path)
 	KindSyscall = "syscall" // a watched system call returned (Syscall, Ret)
+	// KindOOMKill: the kernel's OOM killer chose a task of the group
+	// (Pid, UID, Comm of the victim).
+	KindOOMKill = "oom-kill"
 	// KindPhaseKill is reported by the node, not the kernel: a process of
 	// the earlier phase still running at a phase change, killed by it
 	// (Pid, UID, Comm, Path: its executable).
@@ -48,7 +51,7 @@ func (e Event) Denied() bool {
 	switch e.Kind {
 	case KindExec:
 		return e.Ret == -1 // killed: not an allowed executable
-	case KindPhaseKill:
+	case KindPhaseKill, KindOOMKill:
 		return true
 	}
 	return e.Kind == KindSyscall && (e.Ret == -1 || e.Ret == -13 || e.Ret == -30)

@@ -56,7 +56,7 @@ func Start(log *slog.Logger) (*Monitor, error) {
 			return nil, fmt.Errorf("configuring the monitor: %w", err)
 		}
 	}
-	for _, p := range []*ebpf.Program{m.objs.OnExec, m.objs.OnSysExit} {
+	for _, p := range []*ebpf.Program{m.objs.OnExec, m.objs.OnSysExit, m.objs.OnOomVictim} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
 			m.close()
@@ -231,6 +231,8 @@ func decode(raw *monitorEvent, at time.Time) Event {
 			args[i] = byte(raw.Argv[i])
 		}
 		e.Argv = strings.Split(strings.TrimRight(string(args), "\x00"), "\x00")
+	case 3:
+		e.Kind = KindOOMKill
 	default:
 		e.Kind, e.Nr = KindSyscall, int(raw.Nr)
 		s := watchedSyscalls[raw.Nr]

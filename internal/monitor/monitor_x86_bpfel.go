@@ -60,6 +60,7 @@ const (
 	monitorMapSyscalls         = "syscalls"
 	monitorMapWatched          = "watched"
 	monitorProgOnExec          = "on_exec"
+	monitorProgOnOomVictim     = "on_oom_victim"
 	monitorProgOnSysExit       = "on_sys_exit"
 	monitorVarUnusedEvent      = "unused_event"
 	monitorVarUnusedExecKey    = "unused_exec_key"
@@ -108,8 +109,9 @@ type monitorSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type monitorProgramSpecs struct {
-	OnExec    *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnSysExit *ebpf.ProgramSpec `ebpf:"on_sys_exit"`
+	OnExec      *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnOomVictim *ebpf.ProgramSpec `ebpf:"on_oom_victim"`
+	OnSysExit   *ebpf.ProgramSpec `ebpf:"on_sys_exit"`
 }
 
 // monitorMapSpecs contains maps before they are loaded into the kernel.
@@ -188,13 +190,15 @@ type monitorVariables struct {
 //
 // It can be passed to loadMonitorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type monitorPrograms struct {
-	OnExec    *ebpf.Program `ebpf:"on_exec"`
-	OnSysExit *ebpf.Program `ebpf:"on_sys_exit"`
+	OnExec      *ebpf.Program `ebpf:"on_exec"`
+	OnOomVictim *ebpf.Program `ebpf:"on_oom_victim"`
+	OnSysExit   *ebpf.Program `ebpf:"on_sys_exit"`
 }
 
 func (p *monitorPrograms) Close() error {
 	return _MonitorClose(
 		p.OnExec,
+		p.OnOomVictim,
 		p.OnSysExit,
 	)
 }

@@ -3,13 +3,14 @@ package monitor
 // What the kernel program reports of each watched system call (see
 // bpf/monitor.c): the call (1), a path at args[0] (2) or args[1] (3), a
 // socket address at args[1] (4), a path at args[1] when opened for
-// writing (5).
+// writing (5), the call only when it failed (6).
 const (
 	reportCall     = 1
 	reportPath0    = 2
 	reportPath1    = 3
 	reportSockaddr = 4
 	reportOpenW    = 5
+	reportFailed   = 6 // the call, only when it failed
 )
 
 // watchedSyscalls are the x86_64 system calls the monitor reports, by
@@ -47,6 +48,12 @@ var watchedSyscalls = map[uint32]struct {
 	310: {"process_vm_readv", reportCall},
 	311: {"process_vm_writev", reportCall},
 	257: {"openat", reportOpenW},
+	// Process creation, failures only (a fork bomb meeting pids.max:
+	// EAGAIN). clone3 is left out: the seccomp profile answers it ENOSYS
+	// for every libc to fall back to clone.
+	56:  {"clone", reportFailed},
+	57:  {"fork", reportFailed},
+	58:  {"vfork", reportFailed},
 	87:  {"unlink", reportPath0},
 	263: {"unlinkat", reportPath1},
 	82:  {"rename", reportPath0},

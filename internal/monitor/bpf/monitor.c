@@ -54,13 +54,29 @@ struct mm_struct {
 	unsigned long arg_start, arg_end;
 } __attribute__((preserve_access_index));
 
+struct kernfs_node {
+	__u64 id;
+} __attribute__((preserve_access_index));
+
+struct cgroup {
+	struct kernfs_node *kn;
+} __attribute__((preserve_access_index));
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
+	int tgid;
+	char comm[16];
 	struct mm_struct *mm;
+	struct css_set *cgroups;
 } __attribute__((preserve_access_index));
 
 #define KIND_EXEC 1
 #define KIND_SYSCALL 2
+#define KIND_OOM 3
 #define PATH_LEN 160
 #define ARGV_LEN 256
 
@@ -97,7 +113,9 @@ struct {
 // watched), 1 the call and its arguments, 2 also a string at args[0], 3 a
 // string at args[1], 4 a socket address at args[1] (args[2] bytes, at
 // most 28: IPv4 and IPv6), 5 a string at args[1] if args[2] (open flags)
-// asks to write, create or truncate (openat: reads are too many to send).
+// asks to write, create or truncate (openat: reads are too many to send),
+// 6 the call and its arguments if it failed (clone: successes are too
+// many to send).
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 512);
@@ -298,6 +316,8 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret) {
 	__u8 w = *what;
 	if (w == 5 && !(a2 & 01103)) // O_WRONLY|O_RDWR|O_CREAT|O_TRUNC
 		return 0;
+	if (w == 6 && ret >= 0)
+		return 0;
 	// A successful execve is the exec event (its path argument is gone
 	// with the old memory by now).
 	if ((nr == 59 || nr == 322) && ret == 0)
@@ -318,6 +338,24 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret) {
 		__u32 n = a2 > 28 ? 28 : (__u32)a2;
 		bpf_probe_read_user(e->path, n & 31, (const void *)a1);
 	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+// An OOM kill: the victim of a watched group (its memory limit, or the
+// host's), reported with the victim's ids, not the allocating task's.
+SEC("tp_btf/mark_victim")
+int BPF_PROG(on_oom_victim, struct task_struct *task, __u32 uid) {
+	__u64 cg = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	if (!bpf_map_lookup_elem(&watched, &cg))
+		return 0;
+	struct event *e = reserve(cg, KIND_OOM);
+	if (!e)
+		return 0;
+	e->pid = BPF_CORE_READ(task, pid);
+	e->tgid = BPF_CORE_READ(task, tgid);
+	e->uid = uid;
+	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
