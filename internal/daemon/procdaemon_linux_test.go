@@ -18,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/client"
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/guard"
 	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
@@ -112,6 +113,9 @@ type procDaemon struct {
 	exited chan struct{}
 	logs   *syncBuffer
 	c      *client.Client
+	cfg    config.Config
+	// guarded: the node reported its cgroup-bpf guard on (checkGuard).
+	guarded bool
 }
 
 // startProcDaemon starts `dsec up` with cfg in a child process and waits
@@ -131,6 +135,7 @@ func startProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
 		t.Fatal(err)
 	}
 	(&up{t: t, c: d.c}).waitHealthy()
+	d.checkGuard(true)
 	if !slices.ContainsFunc(daemonProcs(cfg.DataDir), func(p testenv.Proc) bool { return p.Pid == d.cmd.Process.Pid }) {
 		t.Fatalf("daemonProcs does not find the daemon (pid %d)", d.cmd.Process.Pid)
 	}
@@ -145,7 +150,7 @@ func launchProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &procDaemon{t: t, exited: make(chan struct{}), logs: &syncBuffer{}}
+	d := &procDaemon{t: t, exited: make(chan struct{}), logs: &syncBuffer{}, cfg: cfg}
 	d.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	d.cmd.Env = append(os.Environ(), "DSEC_TEST_DAEMON="+string(raw))
 	d.cmd.Stderr = d.logs
@@ -176,6 +181,7 @@ func (d *procDaemon) kill() {
 	if d.c != nil {
 		d.c.CloseIdleConnections()
 	}
+	d.checkGuard(true) // the pins hold it: kept sandboxes stay guarded
 }
 
 // stop asks the daemon to shut down (SIGTERM) and checks it exits
@@ -196,9 +202,87 @@ func (d *procDaemon) stop() {
 	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
 		d.t.Errorf("the daemon exited with status %d", code)
 	}
+	if !d.cfg.KeepSandboxes {
+		d.checkGuard(false) // no sandbox left: nothing attached or pinned
+	}
 	if strings.Contains(d.logs.String(), "WARNING: DATA RACE") {
 		d.t.Error("the daemon reported a data race")
 	}
+}
+
+// checkGuard checks the cgroup-bpf guard of a container tier: attached
+// once to the cgroup parent (on a started node, after a restart too, and
+// after a kill -9: its pinned links outlive the node), or neither
+// attached nor pinned. It checks nothing where the node never reported
+// the guard on.
+func (d *procDaemon) checkGuard(attached bool) {
+	d.t.Helper()
+	if d.cfg.Container.Disabled {
+		return
+	}
+	if attached && !d.guarded && d.c != nil {
+		nodes, err := d.c.Nodes(context.Background())
+		if err != nil || len(nodes.Nodes) != 1 {
+			d.t.Fatalf("nodes: %+v, %v", nodes, err)
+		}
+		if d.guarded = nodes.Nodes[0].Guard == "on"; !d.guarded {
+			d.t.Logf("no cgroup-bpf guard to check: %s", nodes.Nodes[0].Guard)
+		}
+	}
+	if !d.guarded {
+		return
+	}
+	parent2 := filepath.Join("/sys/fs/cgroup/unified", d.cfg.Container.CgroupParent)
+	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.procs"); err != nil {
+		parent2 = filepath.Join("/sys/fs/cgroup", d.cfg.Container.CgroupParent)
+	}
+	var want []string
+	if attached {
+		want = guard.ProgramNames()
+	}
+	got, err := guard.Attached(parent2)
+	if err != nil && !(os.IsNotExist(err) && !attached) {
+		d.t.Errorf("guard programs of %s: %v", parent2, err)
+	} else if !slices.Equal(got, want) {
+		d.t.Errorf("guard programs attached to %s: %q, want %q", parent2, got, want)
+	}
+	if left := testenv.HostLeftovers(testenv.Sandboxes{GuardPins: guard.PinDir(d.cfg.Container.Name)}); !attached && len(left) > 0 {
+		d.t.Errorf("the guard's pins outlive the node: %q", left)
+	}
+}
+
+// TestContainerGuardAcrossRestart: a live container sandbox keeps the
+// cgroup-bpf guard while its node is down, after a shutdown that keeps
+// sandboxes as after a kill -9, and the restarted node takes the guard
+// over (checkGuard, in startProcDaemon, kill and stop); once the last
+// sandbox is gone with its node, nothing of the guard is left.
+func TestContainerGuardAcrossRestart(t *testing.T) {
+	dir := shortTempDir(t)
+	h := newContainerHost(2)
+	h.GuardPins = guard.PinDir(h.Net)
+	t.Cleanup(func() { noContainerLeftovers(t, dir, h) })
+	cfg := containerConfig(t, dir, h)
+	cfg.KeepSandboxes = true
+	d := startProcDaemon(t, cfg)
+	if !d.guarded {
+		t.Skip("no cgroup-bpf guard on this host")
+	}
+	ctx, cancel := waitCtx()
+	defer cancel()
+	sb, err := d.c.CreateSandbox(ctx, soakRequest(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	d.checkGuard(true)
+	d = startProcDaemon(t, cfg)
+	d.kill()
+	cfg.KeepSandboxes = false
+	d = startProcDaemon(t, cfg)
+	if err := soakExec(ctx, d.c, sb.ID); err != nil {
+		t.Error(err)
+	}
+	d.stop() // destroys the sandbox
 }
 
 // syncBuffer collects a child's output.

@@ -12,16 +12,29 @@ import (
 
 // Sandboxes names what a test's container sandboxes put on the host: the
 // network instance name (netns files, veths and the nftables table carry
-// it) and the cgroup parent.
+// it), the cgroup parent and, if set, the cgroup-bpf guard's pin
+// directory (guard.PinDir of the network name).
 type Sandboxes struct {
 	Net, CgroupParent string
+	GuardPins         string
 }
 
 // HostLeftovers lists what of s is on the host: network namespaces,
 // links, the nftables table, cgroups below the parent in any hierarchy
-// (empty ones kept for reuse as "kept-cgroup"), and processes in them.
+// (empty ones kept for reuse as "kept-cgroup"), processes in them, and
+// the guard's pins ("bpf-pin", its empty directory "bpf-pin-dir").
 func HostLeftovers(s Sandboxes) []string {
 	var out []string
+	if s.GuardPins != "" {
+		if ents, err := os.ReadDir(s.GuardPins); err == nil {
+			for _, e := range ents {
+				out = append(out, "bpf-pin "+filepath.Join(s.GuardPins, e.Name()))
+			}
+			if len(ents) == 0 {
+				out = append(out, "bpf-pin-dir "+s.GuardPins)
+			}
+		}
+	}
 	if s.Net != "" {
 		if ents, err := os.ReadDir("/run/netns"); err == nil {
 			for _, e := range ents {
@@ -104,13 +117,14 @@ func NoHostLeftovers(t testing.TB, s Sandboxes) {
 }
 
 // Live drops from leftovers what a running node may hold with no sandbox:
-// empty cgroups kept for reuse, and warm sandboxes' cgroups and
-// processes.
+// empty cgroups kept for reuse, warm sandboxes' cgroups and processes,
+// and the guard's pins.
 func Live(leftovers []string) []string {
 	var out []string
 	for _, l := range leftovers {
 		warm := strings.Contains(l, "/warm-") && (strings.HasPrefix(l, "warm-cgroup ") || strings.HasPrefix(l, "processes "))
-		if !warm && !strings.HasPrefix(l, "kept-cgroup ") {
+		pin := strings.HasPrefix(l, "bpf-pin ") || strings.HasPrefix(l, "bpf-pin-dir ")
+		if !warm && !pin && !strings.HasPrefix(l, "kept-cgroup ") {
 			out = append(out, l)
 		}
 	}
