@@ -36,7 +36,9 @@ type Rule struct {
 
 // Match is what an event must have, every field given (empty: any).
 type Match struct {
-	// Kind is "exec", "syscall", "oom-kill" or "phase-kill".
+	// Kind is an event kind (monitor.Kind…): "exec", "syscall",
+	// "oom-kill", or one the node reports ("phase-kill", "destroy-kill",
+	// "file-api", "output-capped", "call-timeout", "memory-limit").
 	Kind     string   `json:"kind,omitempty"`
 	Syscalls []string `json:"syscalls,omitempty"`
 	// Paths are patterns of the event's path: "*" matches within a path

@@ -16,6 +16,8 @@ func (s *Sandbox) Files() sandbox.Files { return (*files)(s) }
 
 type files Sandbox
 
+func (f *files) sb() *Sandbox { return (*Sandbox)(f) }
+
 func (f *files) call(p string) (*agentproto.Client, string, error) {
 	c, err := (*Sandbox)(f).agent()
 	if err != nil {
@@ -23,7 +25,7 @@ func (f *files) call(p string) (*agentproto.Client, string, error) {
 	}
 	clean, err := sandbox.CleanPath("/", p)
 	if err != nil {
-		return nil, "", err
+		return nil, "", f.sb().refused("path", p, err)
 	}
 	return c, clean, nil
 }
@@ -33,7 +35,8 @@ func (f *files) Open(ctx context.Context, p string) (io.ReadCloser, api.FileInfo
 	if err != nil {
 		return nil, api.FileInfo{}, err
 	}
-	return c.Open(ctx, p)
+	rc, fi, err := c.Open(ctx, p)
+	return rc, fi, f.sb().refused("open", p, err)
 }
 
 func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.WriteOptions) (api.FileInfo, error) {
@@ -41,7 +44,8 @@ func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.Wr
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	return c.Write(ctx, p, r, opt)
+	fi, err := c.Write(ctx, p, r, opt)
+	return fi, f.sb().refused("write", p, err)
 }
 
 func (f *files) List(ctx context.Context, p string, depth int) ([]api.FileInfo, error) {
@@ -49,7 +53,8 @@ func (f *files) List(ctx context.Context, p string, depth int) ([]api.FileInfo, 
 	if err != nil {
 		return nil, err
 	}
-	return c.List(ctx, p, depth)
+	l, err := c.List(ctx, p, depth)
+	return l, f.sb().refused("list", p, err)
 }
 
 func (f *files) Stat(ctx context.Context, p string) (api.FileInfo, error) {
@@ -57,7 +62,8 @@ func (f *files) Stat(ctx context.Context, p string) (api.FileInfo, error) {
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	return c.Stat(ctx, p)
+	fi, err := c.Stat(ctx, p)
+	return fi, f.sb().refused("stat", p, err)
 }
 
 func (f *files) Mkdir(ctx context.Context, p string, parents bool) (api.FileInfo, error) {
@@ -65,7 +71,8 @@ func (f *files) Mkdir(ctx context.Context, p string, parents bool) (api.FileInfo
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	return c.Mkdir(ctx, p, parents)
+	fi, err := c.Mkdir(ctx, p, parents)
+	return fi, f.sb().refused("mkdir", p, err)
 }
 
 func (f *files) Remove(ctx context.Context, p string, recursive bool) error {
@@ -73,7 +80,7 @@ func (f *files) Remove(ctx context.Context, p string, recursive bool) error {
 	if err != nil {
 		return err
 	}
-	return c.Remove(ctx, p, recursive)
+	return f.sb().refused("remove", p, c.Remove(ctx, p, recursive))
 }
 
 func (f *files) Rename(ctx context.Context, from, to string) (api.FileInfo, error) {
@@ -83,7 +90,8 @@ func (f *files) Rename(ctx context.Context, from, to string) (api.FileInfo, erro
 	}
 	to, err = sandbox.CleanPath("/", to)
 	if err != nil {
-		return api.FileInfo{}, err
+		return api.FileInfo{}, f.sb().refused("path", to, err)
 	}
-	return c.Rename(ctx, from, to)
+	fi, err := c.Rename(ctx, from, to)
+	return fi, f.sb().refused("rename", from+" -> "+to, err)
 }

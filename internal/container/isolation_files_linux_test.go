@@ -74,6 +74,9 @@ func testFileAPI(t *testing.T, e *isoEnv, main *Sandbox) {
 		if err := f.Remove(ctx, "../../tmp", true); err == nil {
 			t.Error("remove ../../tmp was accepted")
 		}
+		e.auditedWhere(t, main, "path-escape-refused", "denied", "upload of ../../../../etc/cron.d/x", func(ev api.AuditEvent) bool {
+			return ev.Kind == "file-api" && ev.Path == "../../../../etc/cron.d/x"
+		})
 		// Through the planted links: refused, or written inside.
 		for _, p := range []string{"/tmp/o/root/" + e.secretRel, "/tmp/o/up/" + e.secretRel, "/tmp/o/sec", "/tmp/o/relsec"} {
 			_, _ = f.Write(ctx, p, strings.NewReader("pwned"), sandbox.WriteOptions{Parents: true})
@@ -105,10 +108,26 @@ func testFileAPI(t *testing.T, e *isoEnv, main *Sandbox) {
 
 	t.Run("A40_download_symlinks", func(t *testing.T) {
 		paths := []string{"/tmp/o/sec", "/tmp/o/relsec", "/tmp/o/root/" + e.secretRel, "/tmp/o/up/" + e.secretRel, "/tmp/o/shadow"}
+		var refused []string
 		for _, p := range paths {
-			if got, ok := readVia(ctx, main, p); ok && strings.Contains(got, e.secret) {
+			got, ok := readVia(ctx, main, p)
+			if ok && strings.Contains(got, e.secret) {
 				t.Errorf("open %s returned the host's secret", p)
 			}
+			if !ok {
+				refused = append(refused, p)
+			}
+		}
+		// The refusals are on the record, each with the path asked for.
+		// (A link whose target A39 wrote inside the sandbox now leads to
+		// that file: read, not refused.)
+		if len(refused) < 3 {
+			t.Errorf("only %v of the links were refused", refused)
+		}
+		for _, p := range refused {
+			e.auditedWhere(t, main, "path-escape-refused", "denied", "open "+p, func(ev api.AuditEvent) bool {
+				return ev.Kind == "file-api" && ev.Syscall == "open" && ev.Path == p
+			})
 		}
 		ls, _ := main.Files().List(ctx, "/tmp/o/root/"+filepath.Dir(e.secretRel), 1)
 		for _, fi := range ls {
@@ -153,6 +172,11 @@ func testFileAPI(t *testing.T, e *isoEnv, main *Sandbox) {
 			}
 		}
 		t.Logf("%d reads during the race: %d saw the sandbox's decoy, none the host", reads, decoys)
+		if decoys < reads {
+			e.auditedWhere(t, main, "path-escape-refused", "denied", "a read during the race", func(ev api.AuditEvent) bool {
+				return ev.Kind == "file-api" && ev.Path == p
+			})
+		}
 		// Negative control: host-side reads during the same race reach
 		// the secret (within seconds: the flipping shell may be slow to
 		// get a CPU).
@@ -195,6 +219,7 @@ func testFileAPI(t *testing.T, e *isoEnv, main *Sandbox) {
 		if res := run(t, main, "seq", "700000"); !res.StdoutTruncated || len(res.Stdout) > 4<<20 {
 			t.Errorf("a million lines: %d bytes, truncated %v", len(res.Stdout), res.StdoutTruncated)
 		}
+		e.auditedWhere(t, main, "output-flood", "denied", "the endless flood", func(ev api.AuditEvent) bool { return ev.Path == "yes" })
 		// Negative control: with the cap above the output, all of it.
 		res := runReq(t, main, api.ExecRequest{Cmd: sh("head -c 8m /dev/zero"), MaxOutputBytes: 16 << 20})
 		if len(res.Stdout) != 8<<20 || res.StdoutTruncated {

@@ -287,6 +287,10 @@ func testResources(t *testing.T, e *isoEnv, main *Sandbox) {
 		if got := hostProcs(marker); len(got) != 0 {
 			t.Errorf("processes outlive Destroy: %q", got)
 		}
+		// Each is on the record as killed by the destroy.
+		e.auditedWhere(t, sb, "destroy-survivor", "denied", "the survivors killed", func(ev api.AuditEvent) bool {
+			return ev.Kind == "destroy-kill" && ev.Comm == "sleep"
+		})
 		for _, d := range cgDirs {
 			if fileExists(d) {
 				t.Errorf("the sandbox's cgroup %s outlives Destroy", d)

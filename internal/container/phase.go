@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
@@ -136,7 +134,7 @@ func (s *Sandbox) endCommands(ctx context.Context) error {
 			}
 			if !slices.Contains(seen, pid) {
 				seen = append(seen, pid)
-				s.recordKill(pid)
+				s.recordProcess(monitor.KindPhaseKill, pid)
 			}
 			_ = fd.Kill()
 			_ = fd.Close()
@@ -147,35 +145,6 @@ func (s *Sandbox) endCommands(ctx context.Context) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
-}
-
-// recordKill records, as an audit event of the current (earlier) phase,
-// that process pid is killed by a phase change: the process list is read
-// from the host (the sandbox is frozen), never from the agent.
-func (s *Sandbox) recordKill(pid int) {
-	rec := s.rt.opt.Monitor
-	if rec == nil {
-		return
-	}
-	e := monitor.Event{Time: time.Now(), Kind: monitor.KindPhaseKill, Pid: uint32(pid)}
-	proc := fmt.Sprintf("/proc/%d/", pid)
-	if b, err := os.ReadFile(proc + "comm"); err == nil {
-		e.Comm = strings.TrimSpace(string(b))
-	}
-	e.Path, _ = os.Readlink(proc + "exe")
-	if b, err := os.ReadFile(proc + "status"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 2 && f[0] == "Uid:" {
-				uid, _ := strconv.ParseUint(f[2], 10, 32) // effective
-				e.UID = uint32(uid)
-			}
-		}
-	}
-	phase := ""
-	if s.state.Phase != nil {
-		phase = s.state.Phase.Name
-	}
-	rec.Record(s.id, phase, e)
 }
 
 // applyPhase applies p (after old, nil at create) to sb: network,

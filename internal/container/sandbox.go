@@ -13,6 +13,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -70,6 +71,9 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	phase := s.Phase()
 	res, err := c.Exec(ctx, ar, out)
 	res.Phase = phase
+	if err == nil && (res.StdoutTruncated || res.StderrTruncated) {
+		s.record(monitor.Event{Kind: monitor.KindOutputCapped, Path: ar.Argv[0]})
+	}
 	return res, err
 }
 
@@ -230,6 +234,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	}
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
+	s.survivors()
 	if err := s.cg.Kill(ctx); err != nil {
 		errs = append(errs, err)
 	}

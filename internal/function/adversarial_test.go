@@ -2,9 +2,9 @@ package function
 
 // The catalogue's attacks on the function tier (A47–A49): each asserts
 // the safe outcome and a control where the same module, given room or a
-// legitimate path, does what the attack wanted. Escapes that write are
-// audited (the tier records its workspace's writes); memory and time are
-// enforced by wazero and the call's deadline, which no system call shows.
+// legitimate path, does what the attack wanted. Each is audited: the
+// tier records its workspace's writes, a growth its memory limit refused
+// (memory-limit) and a call its deadline stopped (call-timeout).
 
 import (
 	"context"
@@ -31,9 +31,15 @@ func TestAdversarial(t *testing.T) {
 		if res := run(t, sb, "", "alloc", "512"); res.ExitCode == 0 || !strings.Contains(res.Stderr, "out of memory") {
 			t.Errorf("512 MiB under 64 MiB: %+v", res)
 		}
-		// Control: within the limit the same module allocates.
+		if n := sink.count(sb.ID(), "memory-limit"); n != 1 {
+			t.Errorf("%d memory-limit events for the refused growth, want 1", n)
+		}
+		// Control: within the limit the same module allocates, unseen.
 		if res := run(t, sb, "", "alloc", "16"); res.ExitCode != 0 {
 			t.Errorf("control: 16 MiB under 64 MiB: %+v", res)
+		}
+		if n := sink.count(sb.ID(), "memory-limit"); n != 1 {
+			t.Errorf("%d memory-limit events after the control, want still 1", n)
 		}
 	})
 
@@ -48,6 +54,9 @@ func TestAdversarial(t *testing.T) {
 		// time is not cut.
 		if res := run(t, sb, "", "echo", "ok"); res.Stdout != "ok\n" || res.TimedOut {
 			t.Errorf("control: %+v", res)
+		}
+		if n := sink.count(sb.ID(), "call-timeout"); n != 1 {
+			t.Errorf("%d call-timeout events, want 1 (the loop's)", n)
 		}
 	})
 

@@ -127,6 +127,9 @@ type linearMemory interface {
 	checkout(limit uint64, usage *atomic.Int64) bool
 	// size is the current size in bytes.
 	size() uint64
+	// refused reports whether a growth past limit was refused since
+	// checkout.
+	refused() bool
 }
 
 // regionMemory is a linear memory in a reserved region.
@@ -139,11 +142,13 @@ type regionMemory struct {
 	// means the memory may not grow past its initial size.
 	limit   uint64
 	started bool
+	denied  bool // a growth past limit was refused
 	usage   *atomic.Int64
 }
 
 func (m *regionMemory) Reallocate(size uint64) []byte {
 	if size > uint64(len(m.buf)) || (m.started && size > m.limit && size > m.len) {
+		m.denied = m.started
 		return nil
 	}
 	if m.usage != nil {
@@ -169,7 +174,7 @@ func (m *regionMemory) Free() {
 }
 
 func (m *regionMemory) checkout(limit uint64, usage *atomic.Int64) bool {
-	m.limit, m.usage = limit, usage
+	m.limit, m.usage, m.denied = limit, usage, false
 	if m.len > limit {
 		return false
 	}
@@ -181,6 +186,8 @@ func (m *regionMemory) checkout(limit uint64, usage *atomic.Int64) bool {
 
 func (m *regionMemory) size() uint64 { return m.len }
 
+func (m *regionMemory) refused() bool { return m.denied }
+
 // sliceMemory is the fallback linear memory: a Go slice that copies when
 // it outgrows its capacity.
 type sliceMemory struct {
@@ -188,12 +195,14 @@ type sliceMemory struct {
 	max     uint64
 	limit   uint64
 	started bool
+	denied  bool // a growth past limit was refused
 	usage   *atomic.Int64
 }
 
 func (m *sliceMemory) Reallocate(size uint64) []byte {
 	cur := uint64(len(m.buf))
 	if size > m.max || (m.started && size > m.limit && size > cur) {
+		m.denied = m.started
 		return nil
 	}
 	m.started = true
@@ -219,7 +228,7 @@ func (m *sliceMemory) Free() {
 }
 
 func (m *sliceMemory) checkout(limit uint64, usage *atomic.Int64) bool {
-	m.limit, m.usage = limit, usage
+	m.limit, m.usage, m.denied = limit, usage, false
 	if uint64(len(m.buf)) > limit {
 		return false
 	}
@@ -230,3 +239,5 @@ func (m *sliceMemory) checkout(limit uint64, usage *atomic.Int64) bool {
 }
 
 func (m *sliceMemory) size() uint64 { return uint64(len(m.buf)) }
+
+func (m *sliceMemory) refused() bool { return m.denied }

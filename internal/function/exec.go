@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/tetratelabs/wazero/sys"
 )
@@ -117,6 +118,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 		return api.ExecResult{}, err
 	}
 	_, err = inst.start.Call(context.WithValue(cctx, callKey{}, newCallArgs(argv, env)))
+	memCapped := inst.mem != nil && inst.mem.refused()
 	inst.close() // frees the memory before the result is built
 
 	res := api.ExecResult{DurationMS: max(float64(time.Since(start).Microseconds())/1000, 0.001)}
@@ -129,11 +131,15 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if phase != nil {
 		res.Phase = phase.Name
 	}
+	if memCapped {
+		s.recordCall(monitor.KindMemoryLimit, argv[0])
+	}
 	switch {
 	case s.life.Err() != nil || phaseCalls.Err() != nil:
 		res.ExitCode, res.Error = -1, "killed"
 	case cctx.Err() != nil:
 		res.ExitCode, res.TimedOut, res.Error = -1, true, "timeout"
+		s.recordCall(monitor.KindCallTimeout, argv[0])
 	case err == nil:
 	case errors.As(err, &exit):
 		res.ExitCode = int(exit.ExitCode())

@@ -167,6 +167,14 @@ func (s *Sandbox) audit(call, p string, errno experimentalsys.Errno) {
 	a.Record(s.spec.ID, s.Phase(), e)
 }
 
+// recordCall records an event of kind (monitor.KindCallTimeout,
+// KindMemoryLimit) about a call of module.
+func (s *Sandbox) recordCall(kind, module string) {
+	if a := s.rt.opts.Audit; a != nil {
+		a.Record(s.spec.ID, s.Phase(), monitor.Event{Time: time.Now(), Kind: kind, Path: module})
+	}
+}
+
 // phaseFS is the workspace as a call's modules see it: writes outside the
 // phase's writable paths fail with EROFS. Every write, delete and rename
 // is audited.

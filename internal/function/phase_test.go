@@ -88,6 +88,19 @@ func (c *collect) Append(_ context.Context, e api.AuditEvent) error {
 	return nil
 }
 
+// count counts sandbox id's events of rule.
+func (c *collect) count(id, rule string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, e := range c.evs {
+		if e.Sandbox == id && e.Rule == rule {
+			n++
+		}
+	}
+	return n
+}
+
 // TestAudit: a module's writes to the workspace are audit events with
 // their verdict and rule; reads are not.
 func TestAudit(t *testing.T) {

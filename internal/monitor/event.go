@@ -12,6 +12,19 @@ const (
 	// KindOOMKill: the kernel's OOM killer chose a task of the group
 	// (Pid, UID, Comm of the victim).
 	KindOOMKill = "oom-kill"
+	// Kinds the node reports about a sandbox besides the kernel's:
+	// KindDestroyKill, a process still running when the sandbox was
+	// destroyed (Pid, UID, Comm, Path); KindFileAPI, a file API call
+	// refused because its path led out of the sandbox (Syscall: the
+	// operation, Path); KindOutputCapped, a command's output cut at its
+	// cap (Path: the program); KindCallTimeout and KindMemoryLimit, a
+	// function call ended by its deadline or at its memory limit (Path:
+	// the module).
+	KindDestroyKill  = "destroy-kill"
+	KindFileAPI      = "file-api"
+	KindOutputCapped = "output-capped"
+	KindCallTimeout  = "call-timeout"
+	KindMemoryLimit  = "memory-limit"
 	// KindPhaseKill is reported by the node, not the kernel: a process of
 	// the earlier phase still running at a phase change, killed by it
 	// (Pid, UID, Comm, Path: its executable).
@@ -51,7 +64,7 @@ func (e Event) Denied() bool {
 	switch e.Kind {
 	case KindExec:
 		return e.Ret == -1 // killed: not an allowed executable
-	case KindPhaseKill, KindOOMKill:
+	case KindPhaseKill, KindOOMKill, KindDestroyKill, KindFileAPI, KindOutputCapped, KindCallTimeout, KindMemoryLimit:
 		return true
 	}
 	return e.Kind == KindSyscall && (e.Ret == -1 || e.Ret == -13 || e.Ret == -30)

@@ -1,0 +1,78 @@
+package container
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/monitor"
+)
+
+// Audit events the node sees itself, besides the kernel monitor's: what
+// it did to a sandbox's processes (a phase change's kills, a destroy's)
+// and what it refused a sandbox (a file API path leading out of it, output
+// past its cap). Process details come from the host's /proc, never from
+// the agent.
+
+// record records e for the sandbox in its current phase.
+func (s *Sandbox) record(e monitor.Event) {
+	rec := s.rt.opt.Monitor
+	if rec == nil {
+		return
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	rec.Record(s.id, s.Phase(), e)
+}
+
+// recordProcess records an event of kind about process pid.
+func (s *Sandbox) recordProcess(kind string, pid int) {
+	if s.rt.opt.Monitor == nil {
+		return
+	}
+	e := monitor.Event{Kind: kind, Pid: uint32(pid)}
+	proc := "/proc/" + strconv.Itoa(pid) + "/"
+	if b, err := os.ReadFile(proc + "comm"); err == nil {
+		e.Comm = strings.TrimSpace(string(b))
+	}
+	e.Path, _ = os.Readlink(proc + "exe")
+	if b, err := os.ReadFile(proc + "status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == "Uid:" {
+				uid, _ := strconv.ParseUint(f[2], 10, 32) // effective
+				e.UID = uint32(uid)
+			}
+		}
+	}
+	s.record(e)
+}
+
+// refused passes err on, recording a file API call (op on p) whose path
+// led out of the sandbox's root: as asked, or through the sandbox's
+// symlinks.
+func (s *Sandbox) refused(op, p string, err error) error {
+	if errdefs.CodeOf(err) == "path_outside_root" {
+		s.record(monitor.Event{Kind: monitor.KindFileAPI, Syscall: op, Path: p})
+	}
+	return err
+}
+
+// survivors records the processes besides the agent that a destroy is
+// about to kill (a time bomb, a daemon left running).
+func (s *Sandbox) survivors() {
+	if s.rt.opt.Monitor == nil || s.cg == nil {
+		return
+	}
+	procs, err := s.cg.Procs()
+	if err != nil {
+		return
+	}
+	for _, pid := range procs {
+		if pid != s.state.Pid {
+			s.recordProcess(monitor.KindDestroyKill, pid)
+		}
+	}
+}
