@@ -18,6 +18,14 @@ import (
 
 // record records e for the sandbox in its current phase.
 func (s *Sandbox) record(e monitor.Event) {
+	if s.rt.opt.Monitor != nil {
+		s.recordIn(s.Phase(), e)
+	}
+}
+
+// recordIn records e for the sandbox in phase (for callers holding
+// phaseMu, which Phase takes).
+func (s *Sandbox) recordIn(phase string, e monitor.Event) {
 	rec := s.rt.opt.Monitor
 	if rec == nil {
 		return
@@ -25,11 +33,11 @@ func (s *Sandbox) record(e monitor.Event) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
-	rec.Record(s.id, s.Phase(), e)
+	rec.Record(s.id, phase, e)
 }
 
-// recordProcess records an event of kind about process pid.
-func (s *Sandbox) recordProcess(kind string, pid int) {
+// recordProcess records an event of kind about process pid, in phase.
+func (s *Sandbox) recordProcess(phase, kind string, pid int) {
 	if s.rt.opt.Monitor == nil {
 		return
 	}
@@ -47,7 +55,7 @@ func (s *Sandbox) recordProcess(kind string, pid int) {
 			}
 		}
 	}
-	s.record(e)
+	s.recordIn(phase, e)
 }
 
 // refused passes err on, recording a file API call (op on p) whose path
@@ -70,9 +78,10 @@ func (s *Sandbox) survivors() {
 	if err != nil {
 		return
 	}
+	phase := s.Phase()
 	for _, pid := range procs {
 		if pid != s.state.Pid {
-			s.recordProcess(monitor.KindDestroyKill, pid)
+			s.recordProcess(phase, monitor.KindDestroyKill, pid)
 		}
 	}
 }

@@ -110,6 +110,11 @@ func checkPhase(spec sandbox.Spec, p *api.Phase) error {
 func (s *Sandbox) endCommands(ctx context.Context) error {
 	agent := s.state.Pid
 	var seen []int // recorded
+	// The caller holds phaseMu: the phase is read here, not by Phase.
+	phase := ""
+	if s.state.Phase != nil {
+		phase = s.state.Phase.Name
+	}
 	for {
 		procs, err := s.cg.Procs()
 		if err != nil {
@@ -134,7 +139,7 @@ func (s *Sandbox) endCommands(ctx context.Context) error {
 			}
 			if !slices.Contains(seen, pid) {
 				seen = append(seen, pid)
-				s.recordProcess(monitor.KindPhaseKill, pid)
+				s.recordProcess(phase, monitor.KindPhaseKill, pid)
 			}
 			_ = fd.Kill()
 			_ = fd.Close()
