@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/guest"
@@ -39,6 +40,10 @@ type forkRes struct {
 // The setup empties the capability bounding set of this goroutine's OS
 // thread only, so this goroutine stays locked to it and runs every fork
 // of a command while the agent serves on other goroutines.
+// dropPagesAfter is how long after setup the agent unmaps its
+// executable's read-only pages (guest.DropFilePages).
+const dropPagesAfter = 2 * time.Second
+
 func sandboxMain(stderr io.Writer) int {
 	runtime.LockOSThread()
 	// Executed through a descriptor, the process is named after it ("7");
@@ -65,6 +70,9 @@ func sandboxMain(stderr io.Writer) int {
 		return 1
 	}
 	syncPipe.Close()
+	// Once the node's first calls are done, the setup's code need not
+	// stay mapped: an idle agent keeps only what it uses.
+	time.AfterFunc(dropPagesAfter, func() { _ = guest.DropFilePages() })
 	forks := make(chan forkReq)
 	exited := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
