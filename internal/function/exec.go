@@ -137,6 +137,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	switch {
 	case s.life.Err() != nil || phaseCalls.Err() != nil:
 		res.ExitCode, res.Error = -1, "killed"
+		if s.life.Err() == nil && phase != nil {
+			// Ended by a phase change: on the record, in its own phase.
+			s.recordCallIn(phase.Name, monitor.KindPhaseKill, argv[0])
+		}
 	case cctx.Err() != nil:
 		res.ExitCode, res.TimedOut, res.Error = -1, true, "timeout"
 		s.recordCall(monitor.KindCallTimeout, argv[0])

@@ -168,10 +168,15 @@ func (s *Sandbox) audit(call, p string, errno experimentalsys.Errno) {
 }
 
 // recordCall records an event of kind (monitor.KindCallTimeout,
-// KindMemoryLimit) about a call of module.
+// KindMemoryLimit, KindPhaseKill) about a call of module.
 func (s *Sandbox) recordCall(kind, module string) {
+	s.recordCallIn(s.Phase(), kind, module)
+}
+
+// recordCallIn is recordCall for a call of phase.
+func (s *Sandbox) recordCallIn(phase, kind, module string) {
 	if a := s.rt.opts.Audit; a != nil {
-		a.Record(s.spec.ID, s.Phase(), monitor.Event{Time: time.Now(), Kind: kind, Path: module})
+		a.Record(s.spec.ID, phase, monitor.Event{Time: time.Now(), Kind: kind, Path: module})
 	}
 }
 

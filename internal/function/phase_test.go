@@ -18,7 +18,12 @@ import (
 // files API may write; results name the phase; a change ends the calls
 // of the earlier phase.
 func TestPhases(t *testing.T) {
-	rt := newRuntime(t, t.TempDir(), Options{})
+	rules, err := audit.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &collect{}
+	rt := newRuntime(t, t.TempDir(), Options{Audit: audit.NewRecorder(nil, rules, sink, nil)})
 	ctx := context.Background()
 	phases := []api.Phase{
 		{Name: "coding", Writable: []string{"/workspace/src"}},
@@ -59,6 +64,9 @@ func TestPhases(t *testing.T) {
 	case res := <-slept:
 		if res.Error != "killed" || res.Phase != "coding" {
 			t.Errorf("a call across the change: %+v", res)
+		}
+		if n := sink.count(sb.ID(), "phase-survivor"); n != 1 {
+			t.Errorf("%d phase-survivor events for the call the change ended, want 1", n)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a call of the earlier phase outlives the change by 10 s")
