@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages DSec needs, only those missing.
-#   scripts/deps.sh runtime   what `dsec up` needs
+#   scripts/deps.sh runtime   what `dsec up` needs (qemu-system-x86 brings
+#                             qemu-system-data, with the microvm firmware,
+#                             and seabios as dependencies)
 #   scripts/deps.sh test      what `make test` needs on top
 #   scripts/deps.sh bench     what `make bench` needs on top: the test set,
 #                             and crun and runc, the baselines the container
 #                             tier is measured against
 set -euo pipefail
 
-runtime=(ca-certificates erofs-utils busybox-static debootstrap)
+runtime=(ca-certificates erofs-utils busybox-static debootstrap qemu-system-x86)
 test=(python3 python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr)
 bench=(crun runc)
 

@@ -14,6 +14,9 @@ import (
 var version = "dev"
 
 func main() {
+	if isVMInit() { // PID 1 of a microVM's initramfs
+		os.Exit(vminitMain())
+	}
 	if len(os.Args) > 1 && os.Args[1] == "serve" { // hidden: tests and benchmarks
 		os.Exit(serve(os.Args[2:], os.Stderr))
 	}

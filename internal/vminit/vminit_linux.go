@@ -1,0 +1,164 @@
+package vminit
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Run is the guest's init: it brings the guest up, prints the ready line
+// and waits for the poweroff request. It refuses to run unless it is
+// PID 1; once it is, it does not return: it powers the machine off, after
+// printing a FailPrefix line if something went wrong.
+func Run(version string) error {
+	if os.Getpid() != 1 {
+		return errors.New("vminit: not PID 1 of a VM guest")
+	}
+	g := &guest{version: version, console: os.Stdout}
+	if err := g.run(); err != nil {
+		g.say(FailPrefix + " " + err.Error())
+	}
+	poweroff()
+	return nil // not reached
+}
+
+// guest is the init's state; used by the one goroutine of Run.
+type guest struct {
+	version string
+	console io.Writer // ttyS0, else the kernel's /dev/console
+	hvc     *os.File  // the virtio console, if the VM has one
+}
+
+func (g *guest) run() error {
+	for _, m := range []struct{ fstype, target string }{
+		{"proc", "/proc"}, {"sysfs", "/sys"}, {"devtmpfs", "/dev"},
+	} {
+		if err := os.MkdirAll(m.target, 0o755); err != nil {
+			return err
+		}
+		if err := syscall.Mount(m.fstype, m.target, m.fstype, syscall.MS_NOSUID|syscall.MS_NOEXEC, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("mounting %s: %w", m.target, err)
+		}
+	}
+	if f, err := os.OpenFile("/dev/ttyS0", os.O_WRONLY|syscall.O_NOCTTY, 0); err == nil {
+		g.console = f
+	}
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	n, err := loadModules()
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	if err := g.openHVC(); err != nil {
+		return err
+	}
+	g.say(readyLine(g.version, uptime(), took, n))
+	if v, _ := cmdlineParam(string(cmdline), TestParam); v == "poweroff" {
+		return nil
+	}
+	if g.hvc == nil {
+		select {} // nothing to serve yet: wait for the host to stop the VM
+	}
+	s := bufio.NewScanner(g.hvc)
+	for s.Scan() {
+		if strings.TrimSpace(s.Text()) == PoweroffCommand {
+			return nil
+		}
+	}
+	return fmt.Errorf("reading hvc0: %v", s.Err())
+}
+
+// say prints line on the serial console and the virtio console.
+func (g *guest) say(line string) {
+	fmt.Fprintln(g.console, line)
+	if g.hvc != nil {
+		fmt.Fprintln(g.hvc, line)
+	}
+}
+
+// loadModules loads the modules ModulesList names, in its order. A module
+// already loaded (or built in) is not an error.
+func loadModules() (int, error) {
+	b, err := os.ReadFile(ModulesList)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range parseModulesList(string(b)) {
+		f, err := os.Open(p)
+		if err != nil {
+			return n, err
+		}
+		err = finitModule(int(f.Fd()))
+		f.Close()
+		if err != nil && !errors.Is(err, syscall.EEXIST) {
+			return n, fmt.Errorf("loading %s: %w", filepath.Base(p), err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// virtioConsoleID is the virtio device ID of a console.
+const virtioConsoleID = "0x0003"
+
+// openHVC opens /dev/hvc0 if the VM has a virtio console, waiting for
+// devtmpfs to create the node.
+func (g *guest) openHVC() error {
+	devs, _ := filepath.Glob("/sys/bus/virtio/devices/*/device")
+	found := false
+	for _, d := range devs {
+		if b, err := os.ReadFile(d); err == nil && strings.TrimSpace(string(b)) == virtioConsoleID {
+			found = true
+		}
+	}
+	if !found {
+		return nil
+	}
+	deadline := time.Now().Add(hvcWait)
+	for {
+		f, err := os.OpenFile("/dev/hvc0", os.O_RDWR|syscall.O_NOCTTY, 0)
+		if err == nil {
+			g.hvc = f
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("virtio console without /dev/hvc0: %w", err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// uptime is the time since the guest kernel started (/proc/uptime).
+func uptime() time.Duration {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	d, _ := time.ParseDuration(f[0] + "s")
+	return d
+}
+
+// poweroff syncs and powers the machine off; it returns only if the
+// kernel refuses.
+func poweroff() {
+	syscall.Sync()
+	syscall.Reboot(syscall.LINUX_REBOOT_CMD_POWER_OFF)
+}
