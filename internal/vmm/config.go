@@ -1,0 +1,241 @@
+package vmm
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// Machine is a QEMU machine type.
+type Machine string
+
+const (
+	// MicroVM is QEMU's microvm machine: virtio-mmio devices only, no PCI,
+	// direct kernel boot (a PVH vmlinux) through the minimal qboot firmware.
+	MicroVM Machine = "microvm"
+	// Q35 is a full PC (PCI, ACPI, SeaBIOS), for images with their own
+	// kernel and init system.
+	Q35 Machine = "q35"
+)
+
+// Accelerators.
+const (
+	AccelTCG = "tcg"
+	AccelKVM = "kvm"
+)
+
+// Names of the files Start creates in Config.RunDir.
+const (
+	QMPSocket    = "qmp.sock"    // QMP, the control channel
+	AgentSocket  = "agent.sock"  // the guest agent's virtio-serial port
+	SerialSocket = "serial.sock" // the serial console, read by the VM handle
+	SerialLog    = "console.log" // the serial console's capped log (+ ".1")
+)
+
+// DefaultSerialLogMax caps the serial console log when Config.SerialLogMax
+// is zero.
+const DefaultSerialLogMax = 1 << 20
+
+// AgentPortName is the virtio-serial port name dsec-guest looks for
+// (/dev/virtio-ports/dsec.agent).
+const AgentPortName = "dsec.agent"
+
+// Disk is a raw disk image given to the guest as one virtio-blk device.
+type Disk struct {
+	Path string
+}
+
+// Config describes one VM. The zero value is not valid: Machine, CPUs,
+// MemoryMiB and RunDir are required.
+type Config struct {
+	// Name labels the VM in QEMU (-name guest=…) and in errors; optional,
+	// [A-Za-z0-9._-]{0,64}.
+	Name    string
+	Machine Machine
+	// Accel is AccelTCG or AccelKVM (see ProbeAccel); empty means TCG.
+	Accel     string
+	CPUs      int
+	MemoryMiB int
+
+	// Kernel (an uncompressed PVH vmlinux boots fastest), Initrd and
+	// Cmdline boot the guest directly. Required for microvm; optional for
+	// q35, whose firmware otherwise boots the first disk.
+	Kernel, Initrd, Cmdline string
+
+	// Disks are given read-only (readonly=on), in order: the guest sees
+	// them as /dev/vda, /dev/vdb… on microvm (virtio-mmio probe order).
+	Disks []Disk
+	// Writable, if set, is one more disk after Disks, writable.
+	Writable *Disk
+
+	// Agent adds a virtio-serial port bridged to RunDir/agent.sock (a
+	// listening socket the host connects to). AgentConsole makes it a
+	// virtconsole (/dev/hvc0) instead of the named port AgentPortName.
+	Agent        bool
+	AgentConsole bool
+
+	// Tap, if set, is the name of an existing tap device given to the
+	// guest as its virtio-net interface (QEMU opens it; no scripts run).
+	Tap string
+	// MAC of the virtio-net interface; QEMU picks one if empty.
+	MAC string
+
+	// RunDir is an existing directory, private to this VM, where Start
+	// creates the sockets and the serial log. Unix socket paths are
+	// limited to 107 bytes, so keep it short.
+	RunDir string
+	// SerialLogMax caps the serial console log on disk (current file plus
+	// one rotated file); zero means DefaultSerialLogMax.
+	SerialLogMax int64
+
+	// Paused leaves the guest stopped before its first instruction (QMP
+	// status "prelaunch") instead of starting it.
+	Paused bool
+
+	// Binary is the QEMU executable; empty means "qemu-system-x86_64"
+	// from PATH.
+	Binary string
+	// ShutdownGrace is how long Shutdown waits for the guest to power off
+	// after an ACPI power button press; zero means 3 s.
+	ShutdownGrace time.Duration
+}
+
+// Error codes of invalid configurations (class errdefs.Invalid).
+const (
+	CodeInvalidConfig = "vm_config_invalid"
+)
+
+var (
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{0,64}$`)
+	tapRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,15}$`)
+	macRE  = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
+)
+
+// maxSocketPath is the longest unix socket path (sun_path less the NUL).
+const maxSocketPath = 107
+
+// Limits that catch typos (a size in bytes for MiB) rather than enforce
+// policy, which is the caller's.
+const (
+	maxCPUs      = 64
+	maxMemoryMiB = 1 << 20
+)
+
+func invalid(format string, args ...any) error {
+	return errdefs.New(errdefs.Invalid, CodeInvalidConfig, "vm config: "+format, args...)
+}
+
+// Validate reports the first problem of c as an errdefs.Invalid error with
+// code CodeInvalidConfig, or nil.
+func (c *Config) Validate() error {
+	switch c.Machine {
+	case MicroVM, Q35:
+	default:
+		return invalid("machine %q is not %q or %q", c.Machine, MicroVM, Q35)
+	}
+	switch c.Accel {
+	case "", AccelTCG, AccelKVM:
+	default:
+		return invalid("accelerator %q is not %q or %q", c.Accel, AccelTCG, AccelKVM)
+	}
+	if !nameRE.MatchString(c.Name) {
+		return invalid("name %q: want at most 64 of A-Z a-z 0-9 . _ -", c.Name)
+	}
+	if c.CPUs < 1 || c.CPUs > maxCPUs {
+		return invalid("%d vCPUs: want 1 to %d", c.CPUs, maxCPUs)
+	}
+	if c.MemoryMiB < 16 || c.MemoryMiB > maxMemoryMiB {
+		return invalid("%d MiB of memory: want 16 to %d", c.MemoryMiB, maxMemoryMiB)
+	}
+	if c.Machine == MicroVM && c.Kernel == "" && !c.Paused {
+		return invalid("a microvm needs a kernel")
+	}
+	if c.Kernel == "" && (c.Initrd != "" || c.Cmdline != "") {
+		return invalid("an initrd or kernel command line needs a kernel")
+	}
+	for _, p := range []struct{ what, path string }{{"kernel", c.Kernel}, {"initrd", c.Initrd}} {
+		if p.path != "" && !filepath.IsAbs(p.path) {
+			return invalid("%s path %q is not absolute", p.what, p.path)
+		}
+	}
+	for i, d := range c.Disks {
+		if !filepath.IsAbs(d.Path) {
+			return invalid("disk %d path %q is not absolute", i, d.Path)
+		}
+	}
+	if c.Writable != nil && !filepath.IsAbs(c.Writable.Path) {
+		return invalid("writable disk path %q is not absolute", c.Writable.Path)
+	}
+	if n := len(c.Disks) + btoi(c.Writable != nil); n > 24 {
+		return invalid("%d disks: want at most 24", n)
+	}
+	if c.AgentConsole && !c.Agent {
+		return invalid("AgentConsole needs Agent")
+	}
+	if c.Tap != "" && !tapRE.MatchString(c.Tap) {
+		return invalid("tap name %q is not an interface name", c.Tap)
+	}
+	if c.MAC != "" && (c.Tap == "" || !macRE.MatchString(c.MAC)) {
+		return invalid("MAC %q: want lower-case aa:bb:cc:dd:ee:ff and a tap", c.MAC)
+	}
+	if c.RunDir == "" || !filepath.IsAbs(c.RunDir) {
+		return invalid("run directory %q is not an absolute path", c.RunDir)
+	}
+	for _, s := range []string{QMPSocket, AgentSocket, SerialSocket} {
+		if p := filepath.Join(c.RunDir, s); len(p) > maxSocketPath {
+			return invalid("socket path %s is longer than %d bytes", p, maxSocketPath)
+		}
+	}
+	if c.SerialLogMax < 0 {
+		return invalid("negative serial log cap")
+	}
+	if c.ShutdownGrace < 0 {
+		return invalid("negative shutdown grace")
+	}
+	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c *Config) accel() string {
+	if c.Accel == "" {
+		return AccelTCG
+	}
+	return c.Accel
+}
+
+func (c *Config) binary() string {
+	if c.Binary == "" {
+		return "qemu-system-x86_64"
+	}
+	return c.Binary
+}
+
+func (c *Config) serialLogMax() int64 {
+	if c.SerialLogMax == 0 {
+		return DefaultSerialLogMax
+	}
+	return c.SerialLogMax
+}
+
+func (c *Config) shutdownGrace() time.Duration {
+	if c.ShutdownGrace == 0 {
+		return 3 * time.Second
+	}
+	return c.ShutdownGrace
+}
+
+func (c *Config) label() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return fmt.Sprintf("vm in %s", c.RunDir)
+}

@@ -1,0 +1,36 @@
+// Package vmm runs virtual machines for the microvm and vm tiers: one QEMU
+// process per VM, driven over QMP.
+//
+// # Process model
+//
+// Start spawns QEMU in a session of its own (Setsid) with an empty
+// environment, always stopped (-S); it connects to QMP (which QEMU serves on
+// RunDir/qmp.sock) and to the serial console, then lets the guest run. The
+// VM handle reaps the process, and when it ends, for any reason, closes
+// QMP and removes the sockets.
+//
+// There is deliberately no Pdeathsig. VMs must outlive a node agent restart
+// (Adopt re-attaches to them by pid and RunDir), and Pdeathsig would kill
+// them with the agent. It would also be wrong in Go: it fires when the
+// *thread* that forked exits, and the Go runtime ends threads at will (a
+// goroutine that exits while locked to its thread), so VMs would die at
+// random. Orphans are instead found by a sweep of processes whose command
+// line names a RunDir the node no longer knows. Kill signals through a
+// pidfd, and an adopted process is identified by (pid, start time), so a
+// reused pid is never signalled.
+//
+// # Boot watchdog
+//
+// A TCG boot was seen to hang forever (research/machine-facts.md §7), so
+// every boot goes through VM.WaitReady, which kills the VM and fails with
+// code "boot_timeout" if the guest is not ready in time. Every failure path
+// of Start and WaitReady leaves no process, socket or log behind.
+//
+// # Least privilege
+//
+// QEMU runs with -sandbox (seccomp: no obsolete calls, no setuid, no
+// fork/exec, no resource-control calls), -nodefaults -no-user-config (only
+// the devices asked for), and no network unless a tap is given. The serial
+// console goes through a socket into a log capped on disk (a guest may
+// flood its console: catalogue A44).
+package vmm
