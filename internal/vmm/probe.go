@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -138,8 +139,8 @@ func probeKVM(ctx context.Context, binary, kernel string) error {
 }
 
 // probeArgs is the common command line of probe VMs.
-func probeArgs(accel string) []string {
-	a := []string{"-M", "microvm", "-accel", accel, "-m", "64", "-smp", "1",
+func probeArgs(accel string, memMiB int) []string {
+	a := []string{"-M", "microvm", "-accel", accel, "-m", strconv.Itoa(memMiB), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-sandbox", SandboxFlags}
 	if accel == AccelKVM {
@@ -150,7 +151,7 @@ func probeArgs(accel string) []string {
 
 // runProbe runs the stub guest on accel and checks its exit status.
 func runProbe(ctx context.Context, binary, accel, stub string, timeout time.Duration) error {
-	args := append(probeArgs(accel), "-kernel", stub, "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04")
+	args := append(probeArgs(accel, 64), "-kernel", stub, "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04")
 	_, code, err := runBounded(ctx, binary, args, timeout)
 	if err != nil {
 		return err
@@ -164,7 +165,8 @@ func runProbe(ctx context.Context, binary, accel, stub string, timeout time.Dura
 // runKernelProbe boots kernel on accel until it panics for want of a root
 // file system.
 func runKernelProbe(ctx context.Context, binary, accel, kernel string, timeout time.Duration) error {
-	args := append(probeArgs(accel), "-serial", "stdio", "-kernel", kernel,
+	// 256 MiB: the Debian kernel hangs silently in 64.
+	args := append(probeArgs(accel, 256), "-serial", "stdio", "-kernel", kernel,
 		"-append", "console=ttyS0 panic=-1 root=/dev/dsec-none")
 	out, _, err := runBounded(ctx, binary, args, timeout)
 	if err != nil {
@@ -189,7 +191,7 @@ func runBounded(ctx context.Context, binary string, args []string, timeout time.
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		return nil, 0, fmt.Errorf("no exit within %v: %w", timeout, ctx.Err())
+		return nil, 0, fmt.Errorf("no exit within %v (output ends with %q): %w", timeout, tail([]byte(out.String()), 300), ctx.Err())
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.Exited() {

@@ -1,12 +1,14 @@
 package vmm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,6 +95,19 @@ func TestStartStatusShutdown(t *testing.T) {
 	if _, err := os.Stat(vm.AgentSocket()); err != nil {
 		t.Fatalf("agent socket: %v", err)
 	}
+	// Commands from several goroutines at once each get their own reply.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				if st, err := vm.Status(ctx); err != nil || st.Status != "prelaunch" {
+					t.Errorf("concurrent status %+v, %v", st, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 	if err := vm.QMP().Execute(ctx, "no-such-command", nil, nil); !errors.As(err, new(*QMPError)) {
 		t.Fatalf("unknown command: %v, want a *QMPError", err)
 	}
@@ -341,5 +356,32 @@ func TestProbeAccel(t *testing.T) {
 	}
 	if a, _ := ProbeAccel(ctx, "", ""); a != AccelTCG {
 		t.Fatalf("without a kernel: %s, want tcg", a)
+	}
+}
+
+// TestProbeGuestSource rebuilds probe/pvh.elf from probe/pvh.S and checks
+// that the embedded binary is what the source gives.
+func TestProbeGuestSource(t *testing.T) {
+	for _, tool := range []string{"as", "ld"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s (binutils) not installed: %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	obj, elf := filepath.Join(dir, "pvh.o"), filepath.Join(dir, "pvh.elf")
+	for _, c := range [][]string{
+		{"as", "--64", "-o", obj, "probe/pvh.S"},
+		{"ld", "-m", "elf_x86_64", "-Ttext=0x100000", "-z", "noexecstack", "--build-id=none", "-s", "-o", elf, obj},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	b, err := os.ReadFile(elf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, probeGuest) {
+		t.Errorf("probe/pvh.elf (%d bytes) is not what probe/pvh.S builds (%d bytes): rebuild it", len(probeGuest), len(b))
 	}
 }
