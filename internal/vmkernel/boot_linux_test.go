@@ -104,6 +104,10 @@ func bootVM(t testing.TB, k Kernel, initrd string) bootResult {
 	}
 	defer ln.Close()
 
+	cmdline := "console=ttyS0 quiet panic=-1 " + vminit.TestParam + "=poweroff"
+	if khz := HostTSCkHz(); khz > 0 {
+		cmdline += fmt.Sprintf(" tsc_early_khz=%d", khz)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), bootWatchdog)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64",
@@ -111,7 +115,7 @@ func bootVM(t testing.TB, k Kernel, initrd string) bootResult {
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-serial", "stdio",
 		"-kernel", k.VmlinuxPath(), "-initrd", initrd,
-		"-append", "console=ttyS0 quiet panic=-1 "+vminit.TestParam+"=poweroff",
+		"-append", cmdline,
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=c0,path="+sock,
 		"-device", "virtconsole,chardev=c0")
@@ -213,4 +217,77 @@ func BenchmarkBootTCG(b *testing.B) {
 	b.ReportMetric(ready[len(ready)-1].Seconds(), "s-ready-max")
 	b.ReportMetric(exited[len(exited)/2].Seconds(), "s-exit-p50")
 	b.ReportMetric(float64(rss)/(1<<20), "MiB-maxrss")
+}
+
+// TestInitramfsReproducible builds the real initramfs again, twice and
+// concurrently, into a fresh cache directory: each equals the cached one
+// byte for byte, and no temporary file is left.
+func TestInitramfsReproducible(t *testing.T) {
+	k, cached := kernelForTest(t)
+	guest, err := builtin.GuestBinary("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(cached)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	paths := make([]string, 2)
+	errs := make([]error, 2)
+	for i := range paths {
+		wg.Go(func() { paths[i], errs[i] = Initramfs(dir, k, guest) })
+	}
+	wg.Wait()
+	for i, p := range paths {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if filepath.Base(p) != filepath.Base(cached) {
+			t.Errorf("initramfs key %s, the cached one %s", filepath.Base(p), filepath.Base(cached))
+		}
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("initramfs built again differs from the cached one (%d vs %d bytes)", len(got), len(want))
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "initramfs"))
+	if len(entries) != 1 {
+		t.Errorf("initramfs cache holds %d files, want 1", len(entries))
+	}
+	names, files := readCpio(t, want)
+	if f := files["init"]; f.Mode != cpioReg|0o755 || !bytes.Equal([]byte(f.Data), guest) {
+		t.Errorf("/init is not the guest binary (mode %o, %d bytes)", f.Mode, len(f.Data))
+	}
+	list := files[vminit.ModulesList[1:]].Data
+	for _, m := range k.Modules {
+		if !strings.Contains(list, "/"+m.Name+".ko\n") {
+			t.Errorf("%s does not list %s", vminit.ModulesList, m.Name)
+		}
+	}
+	t.Logf("initramfs %d KiB, %d entries", len(want)>>10, len(names))
+}
+
+// TestFetchCached checks that Fetch finds the cached kernel again, from
+// several goroutines at once.
+func TestFetchCached(t *testing.T) {
+	k, _ := kernelForTest(t)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			got, err := Fetch(context.Background(), testCache, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if got.Dir != k.Dir || got.Vmlinux != k.Vmlinux {
+				t.Errorf("second Fetch gave %s, want the cached %s", got.Dir, k.Dir)
+			}
+		})
+	}
+	wg.Wait()
 }

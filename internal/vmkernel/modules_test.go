@@ -1,6 +1,8 @@
 package vmkernel
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -95,4 +97,31 @@ func FuzzVmlinux(f *testing.F) {
 
 func putLE32(b []byte, v uint32) {
 	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
+
+func TestParseCPUInfoTSC(t *testing.T) {
+	tests := []struct {
+		name, cpuinfo string
+		want          int
+	}{
+		{"constant", "processor\t: 0\ncpu MHz\t\t: 2596.144\nflags\t\t: fpu tsc constant_tsc nonstop_tsc\n\nprocessor\t: 1\ncpu MHz\t\t: 1.0\n", 2596144},
+		{"not constant", "processor\t: 0\ncpu MHz\t\t: 2596.144\nflags\t\t: fpu tsc\n", 0},
+		{"no MHz", "processor\t: 0\nflags\t\t: constant_tsc\n", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "cpuinfo")
+			if err := os.WriteFile(p, []byte(tt.cpuinfo), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if got := parseCPUInfoTSC(f); got != tt.want {
+				t.Errorf("got %d, want %d", got, tt.want)
+			}
+		})
+	}
 }
