@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // DropFilePages unmaps the pages of the agent's own executable that
@@ -55,7 +55,7 @@ func DropFilePages() error {
 	}
 	for _, s := range byInode[exe] {
 		// Raw addresses: the mappings are not Go memory.
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(s.start), uintptr(s.end-s.start), unix.MADV_DONTNEED); errno != 0 {
+		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(s.start), uintptr(s.end-s.start), syscall.MADV_DONTNEED); errno != 0 {
 			return errno
 		}
 	}
