@@ -55,11 +55,11 @@ func (c *Config) Args() []string {
 	for i, d := range c.Disks {
 		id := "ro" + strconv.Itoa(i)
 		add("-drive", "id="+id+",file="+escape(d.Path)+",format=raw,if=none,readonly=on")
-		add("-device", "virtio-blk"+bus+",drive="+id)
+		add("-device", "virtio-blk"+bus+",drive="+id+serialOpt(d))
 	}
 	if c.Writable != nil {
 		add("-drive", "id=rw0,file="+escape(c.Writable.Path)+",format=raw,if=none,discard=unmap")
-		add("-device", "virtio-blk"+bus+",drive=rw0")
+		add("-device", "virtio-blk"+bus+",drive=rw0"+serialOpt(*c.Writable))
 	}
 	if c.Agent {
 		port := "virtserialport,chardev=agent,name=" + AgentPortName
@@ -77,4 +77,12 @@ func (c *Config) Args() []string {
 		add("-device", nic)
 	}
 	return a
+}
+
+// serialOpt is the virtio-blk device option giving d its serial, if any.
+func serialOpt(d Disk) string {
+	if d.Serial == "" {
+		return ""
+	}
+	return ",serial=" + d.Serial
 }

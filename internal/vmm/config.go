@@ -46,6 +46,9 @@ const AgentPortName = "dsec.agent"
 // Disk is a raw disk image given to the guest as one virtio-blk device.
 type Disk struct {
 	Path string
+	// Serial, if set, is the disk's virtio-blk serial (the guest reads it
+	// in /sys/block/vd*/serial): at most 20 of A-Z a-z 0-9 . _ -.
+	Serial string
 }
 
 // Config describes one VM. The zero value is not valid: Machine, CPUs,
@@ -112,6 +115,8 @@ var (
 	nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{0,64}$`)
 	tapRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,15}$`)
 	macRE  = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
+	// virtio-blk serials are at most 20 bytes (VIRTIO_BLK_ID_BYTES).
+	serialRE = regexp.MustCompile(`^[A-Za-z0-9._-]{0,20}$`)
 )
 
 // maxSocketPath is the longest unix socket path (sun_path less the NUL).
@@ -165,9 +170,15 @@ func (c *Config) Validate() error {
 		if !filepath.IsAbs(d.Path) {
 			return invalid("disk %d path %q is not absolute", i, d.Path)
 		}
+		if !serialRE.MatchString(d.Serial) {
+			return invalid("disk %d serial %q: want at most 20 of A-Z a-z 0-9 . _ -", i, d.Serial)
+		}
 	}
 	if c.Writable != nil && !filepath.IsAbs(c.Writable.Path) {
 		return invalid("writable disk path %q is not absolute", c.Writable.Path)
+	}
+	if c.Writable != nil && !serialRE.MatchString(c.Writable.Serial) {
+		return invalid("writable disk serial %q: want at most 20 of A-Z a-z 0-9 . _ -", c.Writable.Serial)
 	}
 	if n := len(c.Disks) + btoi(c.Writable != nil); n > 24 {
 		return invalid("%d disks: want at most 24", n)

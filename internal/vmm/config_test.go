@@ -30,6 +30,9 @@ func TestValidate(t *testing.T) {
 		{"initrd without a kernel", func(c *Config) { c.Machine, c.Kernel, c.Initrd = Q35, "", "/i" }, false},
 		{"relative kernel", func(c *Config) { c.Kernel = "vmlinux" }, false},
 		{"relative disk", func(c *Config) { c.Disks = []Disk{{Path: "layer.erofs"}} }, false},
+		{"disk serial", func(c *Config) { c.Disks = []Disk{{Path: "/l/m.erofs", Serial: "l0m"}} }, true},
+		{"long disk serial", func(c *Config) { c.Disks = []Disk{{Path: "/l/m.erofs", Serial: "a-serial-over-20-bytes"}} }, false},
+		{"disk serial with comma", func(c *Config) { c.Disks = []Disk{{Path: "/l/m.erofs", Serial: "a,b"}} }, false},
 		{"relative writable disk", func(c *Config) { c.Writable = &Disk{Path: "rw.img"} }, false},
 		{"bad name", func(c *Config) { c.Name = "a b" }, false},
 		{"bad tap", func(c *Config) { c.Tap = "tap0,script=/bin/evil" }, false},
@@ -61,7 +64,7 @@ func TestArgs(t *testing.T) {
 	c := Config{
 		Name: "vm1", Machine: MicroVM, CPUs: 2, MemoryMiB: 512, RunDir: "/run/d,x",
 		Kernel: "/k/vmlinux", Initrd: "/k/initrd", Cmdline: "console=ttyS0 quiet",
-		Disks: []Disk{{Path: "/l/a.erofs"}, {Path: "/l/b,c.erofs"}}, Writable: &Disk{Path: "/w/rw.img"},
+		Disks: []Disk{{Path: "/l/a.erofs"}, {Path: "/l/b,c.erofs", Serial: "l0b"}}, Writable: &Disk{Path: "/w/rw.img"},
 		Agent: true, Tap: "tap0", MAC: "52:54:00:12:34:56",
 	}
 	got := strings.Join(c.Args(), " ")
@@ -72,7 +75,7 @@ func TestArgs(t *testing.T) {
 		"-serial chardev:serial0",
 		"-kernel /k/vmlinux -initrd /k/initrd -append console=ttyS0 quiet",
 		"-drive id=ro0,file=/l/a.erofs,format=raw,if=none,readonly=on -device virtio-blk-device,drive=ro0",
-		"file=/l/b,,c.erofs,format=raw,if=none,readonly=on -device virtio-blk-device,drive=ro1",
+		"file=/l/b,,c.erofs,format=raw,if=none,readonly=on -device virtio-blk-device,drive=ro1,serial=l0b",
 		"-drive id=rw0,file=/w/rw.img,format=raw,if=none,discard=unmap -device virtio-blk-device,drive=rw0",
 		"-device virtio-serial-device -chardev socket,id=agent,path=/run/d,,x/agent.sock,server=on,wait=off -device virtserialport,chardev=agent,name=dsec.agent",
 		"-netdev tap,id=net0,ifname=tap0,script=no,downscript=no -device virtio-net-device,netdev=net0,mac=52:54:00:12:34:56",

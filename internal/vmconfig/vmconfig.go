@@ -1,0 +1,88 @@
+// Package vmconfig is the configuration the node gives a microVM guest:
+// the node's microvm runtime writes it, JSON padded with NULs to a whole
+// number of sectors, to a small raw disk with serial DiskSerial, and the
+// guest init (internal/vminit) reads it back from /dev/vd* before it
+// assembles the guest's root. It has no dependencies beyond the standard
+// library so that both sides can import it.
+package vmconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// DiskSerial is the virtio-blk serial of the config disk.
+const DiskSerial = "dsec-config"
+
+// MaxSize bounds the config disk: the guest reads at most this much.
+const MaxSize = 1 << 20
+
+// sector is the config disk's size unit.
+const sector = 512
+
+// Config is one VM's configuration.
+type Config struct {
+	// Layers are the image's layers, bottom first.
+	Layers []Layer `json:"layers"`
+	// UpperMiB sizes the writable upper layer: a tmpfs in the guest, so
+	// what is written counts against the guest's memory.
+	UpperMiB int `json:"upper_mib"`
+	// Hostname is the guest's host name.
+	Hostname string `json:"hostname,omitempty"`
+	// Env is the environment of every command (NAME=value), under the
+	// request's own.
+	Env []string `json:"env,omitempty"`
+	// Hosts and Resolv, if set, replace the root's /etc/hosts and
+	// /etc/resolv.conf.
+	Hosts  string `json:"hosts,omitempty"`
+	Resolv string `json:"resolv,omitempty"`
+}
+
+// Layer names a layer's two disks by their virtio-blk serials: its EROFS
+// metadata image and its blob (EROFS's extra device).
+type Layer struct {
+	Meta string `json:"meta"`
+	Blob string `json:"blob"`
+}
+
+// LayerSerials returns the serials of layer i's disks, "l<i>m" and "l<i>b".
+func LayerSerials(i int) (meta, blob string) {
+	s := "l" + strconv.Itoa(i)
+	return s + "m", s + "b"
+}
+
+// Encode returns c as the config disk's content: JSON padded with NULs to
+// a whole number of 512-byte sectors.
+func (c *Config) Encode() ([]byte, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	n := (len(b) + sector) / sector * sector // at least one NUL
+	if n > MaxSize {
+		return nil, fmt.Errorf("vm config of %d bytes: at most %d", len(b), MaxSize-1)
+	}
+	return append(b, make([]byte, n-len(b))...), nil
+}
+
+// Decode parses a config disk's content: JSON up to the first NUL.
+func Decode(b []byte) (*Config, error) {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return nil, errors.New("vm config: no NUL after the JSON (truncated?)")
+	}
+	var c Config
+	if err := json.Unmarshal(b[:i], &c); err != nil {
+		return nil, fmt.Errorf("vm config: %w", err)
+	}
+	if len(c.Layers) == 0 {
+		return nil, errors.New("vm config: no layers")
+	}
+	if c.UpperMiB <= 0 {
+		return nil, fmt.Errorf("vm config: upper size %d MiB", c.UpperMiB)
+	}
+	return &c, nil
+}
