@@ -69,6 +69,15 @@ type Options struct {
 // the agent's namespaces.
 type Peer = sys.Ucred
 
+// PeerConn is a connection that knows its peer without SO_PEERCRED. A
+// microVM guest's agent serves the host over a virtio-serial port, a byte
+// stream rather than a socket, whose only possible peer is the host (the
+// node agent, outside the guest): its connections report Peer{} (pid 0).
+type PeerConn interface {
+	net.Conn
+	PeerCred() (Peer, error)
+}
+
 // RequireOutsidePIDNamespace is the default peer check: it accepts only
 // peers whose process has no pid in the agent's pid namespace (the kernel
 // reports pid 0 for them), that is the node agent in an ancestor

@@ -171,6 +171,13 @@ func (a *agent) admit(conn net.Conn) error {
 	if a.conns.Load() >= maxConns {
 		return errdefs.New(errdefs.RateLimited, "too_many_connections", "%d connections already", maxConns)
 	}
+	if pc, ok := conn.(PeerConn); ok {
+		cred, err := pc.PeerCred()
+		if err != nil {
+			return err
+		}
+		return a.opt.PeerCheck(cred)
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return errdefs.New(errdefs.PermissionDenied, "peer_unknown", "a %T has no peer credentials", conn)

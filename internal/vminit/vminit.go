@@ -1,10 +1,38 @@
 // Package vminit is dsec-guest's init mode inside a microVM: PID 1 of
 // the initramfs that internal/vmkernel builds. It mounts /proc, /sys and
-// /dev, loads the kernel modules the initramfs carries in the order its
-// ModulesList gives, waits for the virtio console, and announces itself
-// with a ReadyPrefix line on the serial console (ttyS0) and on the virtio
-// console (hvc0). For now it then only waits for "poweroff" on hvc0, or
-// powers off at once when the kernel command line has dsec.test=poweroff.
+// /dev and loads the kernel modules the initramfs carries in the order its
+// ModulesList gives.
+//
+// # Sandbox mode
+//
+// When the VM has a virtio-blk disk with serial vmconfig.DiskSerial, the
+// guest is a sandbox. The init reads its vmconfig.Config from that disk
+// (disks are found by /sys/block/vd*/serial), mounts each layer's EROFS
+// metadata disk with its blob disk as the extra device
+// (-o ro,device=/dev/vdY) on /lower/<i>, stacks them under a tmpfs upper
+// of Config.UpperMiB (so the sandbox's disk limit counts in the guest's
+// RAM in this first version), writes /etc/hostname, hosts and resolv.conf
+// into the overlay, mounts proc, sys, dev, dev/pts and dev/shm in it and
+// switches into it the way switch_root does (the initramfs's rootfs cannot
+// be pivot_root'ed: the overlay is moved over / and the init chroots into
+// it). It then prints the ReadyPrefix line on ttyS0 and becomes the agent
+// (internal/agent) on the virtio-serial port named AgentPortName, which
+// QEMU bridges to a unix socket on the host: the same protocol as in
+// container sandboxes, over a byte stream instead of a socket (one
+// connection at a time; when the host disconnects, reads see EOF, the
+// connection ends and the port is reopened for the next). As PID 1, the
+// agent reaps every orphan.
+//
+// The agent runs as root with every capability in the guest. Unlike a
+// container's agent, it is not what isolates the sandbox: the guest as a
+// whole is inside the trust boundary, and the VM is the isolation.
+//
+// # Test mode
+//
+// Without a config disk, it waits for the virtio console, announces
+// itself with a ReadyPrefix line on the serial console (ttyS0) and on the
+// virtio console (hvc0), then waits for "poweroff" on hvc0, or powers off
+// at once when the kernel command line has dsec.test=poweroff.
 package vminit
 
 import (
@@ -25,6 +53,9 @@ const (
 	FailPrefix = "DSEC-FAIL"
 	// PoweroffCommand, as a line on hvc0, powers the guest off.
 	PoweroffCommand = "poweroff"
+	// AgentPortName is the name of the virtio-serial port the agent
+	// serves the node on (vmm.AgentPortName).
+	AgentPortName = "dsec.agent"
 	// TestParam is the kernel command line parameter for test modes;
 	// dsec.test=poweroff powers off right after the ready line.
 	TestParam = "dsec.test"

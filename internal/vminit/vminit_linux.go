@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/vmconfig"
 )
 
 // Run is the guest's init: it brings the guest up, prints the ready line
@@ -31,8 +33,10 @@ func Run(version string) error {
 // guest is the init's state; used by the one goroutine of Run.
 type guest struct {
 	version string
-	console io.Writer // ttyS0, else the kernel's /dev/console
-	hvc     *os.File  // the virtio console, if the VM has one
+	console io.Writer     // ttyS0, else the kernel's /dev/console
+	hvc     *os.File      // the virtio console, if the VM has one
+	modules time.Duration // loading the modules took
+	loaded  int           // modules loaded
 }
 
 func (g *guest) run() error {
@@ -58,11 +62,23 @@ func (g *guest) run() error {
 	if err != nil {
 		return err
 	}
-	took := time.Since(start)
+	g.modules, g.loaded = time.Since(start), n
+	disks := findDisks()
+	if dev := disks[vmconfig.DiskSerial]; dev != "" {
+		cfg, err := readConfig(dev)
+		if err != nil {
+			return err
+		}
+		port, err := findPort(AgentPortName, devWait)
+		if err != nil {
+			return err
+		}
+		return g.sandbox(cfg, disks, port)
+	}
 	if err := g.openHVC(); err != nil {
 		return err
 	}
-	g.say(readyLine(g.version, uptime(), took, n))
+	g.say(readyLine(g.version, uptime(), g.modules, g.loaded))
 	if v, _ := cmdlineParam(string(cmdline), TestParam); v == "poweroff" {
 		return nil
 	}

@@ -1,0 +1,263 @@
+// Package microvm is the microvm tier: each sandbox is a QEMU microvm
+// (internal/vmm) booted directly into the guest kernel and initramfs of
+// internal/vmkernel, whose init (internal/vminit) assembles the image's
+// layers into the guest's root and becomes the agent. The node talks to
+// that agent with the same protocol as to a container's
+// (internal/agentproto), over a virtio-serial port that QEMU bridges to
+// RunDir/agent.sock.
+//
+// # Create
+//
+// Create gets the layers' files from the node's layer cache (each layer's
+// layerspec.MetaFile and layerspec.BlobFile), writes the VM's
+// vmconfig.Config to a small raw disk (config.img, serial
+// vmconfig.DiskSerial), and starts QEMU with that disk and every layer's
+// two files as read-only raw virtio-blk disks (serials l<i>m and l<i>b),
+// the agent port, and vCPUs and memory from the spec. The boot watchdog
+// (vmm.VM.WaitReady) waits for the agent's hello on agent.sock; the
+// connection that answered it is the sandbox's. Any failure tears down
+// what was built, through a cleanup stack: QEMU, its run directory, the
+// layer references.
+//
+// # Limits of this first slice
+//
+// The upper layer is a tmpfs in the guest sized by Spec.DiskMB: what a
+// sandbox writes counts against its memory. There is no network (a policy
+// with egress is refused), no phases, no background processes or PTYs
+// (Capabilities.Processes is false), Stats reports what the agent
+// measures inside the guest, and Recover does not re-adopt VMs: it stops
+// those a previous run left and removes their run directories.
+package microvm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/builtin"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/layercache"
+	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/vmkernel"
+	"github.com/dsec-dev/dsec/internal/vmm"
+)
+
+// Tier is the tier's name.
+const Tier = "microvm"
+
+// Defaults of Options.
+const (
+	DefaultBootTimeout = 60 * time.Second
+	// minMemoryMiB is the least memory a guest boots with: the kernel,
+	// the agent and the upper tmpfs's first writes.
+	minMemoryMiB = 128
+)
+
+// LayerFiles gives the directories holding layers' files. It exists so
+// that the runtime needs only this from the node's layer cache (and tests
+// can hand it any directories).
+type LayerFiles interface {
+	// LayerDirs returns, bottom first, a directory per layer holding its
+	// layerspec.MetaFile and layerspec.BlobFile, kept until release.
+	LayerDirs(ctx context.Context, layers []layerspec.Layer) (dirs []string, release func(), err error)
+}
+
+// Options configure a Runtime.
+type Options struct {
+	// StateDir holds a run directory per VM (StateDir/<id>: sockets,
+	// console log, config disk). Unix socket paths are limited to 107
+	// bytes: keep it short.
+	StateDir string
+	// CacheDir caches the guest kernel and initramfs (vmkernel).
+	CacheDir string
+	// Layers gives the layers' files.
+	Layers LayerFiles
+	// Guest is the dsec-guest binary for the initramfs; nil means
+	// builtin.GuestBinary(Version).
+	Guest []byte
+	// Version is the node's version.
+	Version string
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Accel is vmm.AccelTCG or vmm.AccelKVM; empty means TCG.
+	Accel string
+	// BootTimeout bounds a boot (DefaultBootTimeout if zero).
+	BootTimeout time.Duration
+	// QEMU is the QEMU binary; empty means qemu-system-x86_64 from PATH.
+	QEMU string
+}
+
+// Runtime is the microvm tier on one node. It is safe for concurrent use.
+type Runtime struct {
+	opt Options
+	log *slog.Logger
+
+	bootMu  sync.Mutex // guards following fields
+	kernel  vmkernel.Kernel
+	initrd  string
+	tscKHz  int
+	bootErr error
+
+	mu        sync.Mutex // guards following fields
+	sandboxes map[string]*Sandbox
+	closed    bool
+}
+
+// New returns a runtime. The guest kernel is fetched by the first Create.
+func New(ctx context.Context, opt Options) (*Runtime, error) {
+	if opt.StateDir == "" || opt.CacheDir == "" || opt.Layers == nil {
+		return nil, errors.New("microvm: StateDir, CacheDir and Layers are required")
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.BootTimeout == 0 {
+		opt.BootTimeout = DefaultBootTimeout
+	}
+	if err := os.MkdirAll(opt.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Runtime{opt: opt, log: opt.Logger, sandboxes: map[string]*Sandbox{}}, nil
+}
+
+// Tier implements sandbox.Runtime.
+func (r *Runtime) Tier() string { return Tier }
+
+// Capabilities implements sandbox.Runtime.
+func (r *Runtime) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{Shell: true, FileRoot: "/", OwnRoot: true}
+}
+
+// Fingerprint implements sandbox.Runtime.
+func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {
+	accel := r.opt.Accel
+	if accel == "" {
+		accel = vmm.AccelTCG
+	}
+	info := api.TierInfo{Name: Tier, Available: true, Accelerator: accel}
+	bin := r.opt.QEMU
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		info.Available, info.Reason = false, "QEMU is not installed (Debian qemu-system-x86)"
+	}
+	return info
+}
+
+// boot returns the guest kernel and initramfs, fetching and building them
+// on first use (a failure is retried by the next call).
+func (r *Runtime) boot(ctx context.Context) (vmkernel.Kernel, string, error) {
+	r.bootMu.Lock()
+	defer r.bootMu.Unlock()
+	if r.initrd != "" {
+		return r.kernel, r.initrd, nil
+	}
+	k, err := vmkernel.Fetch(ctx, r.opt.CacheDir, r.log)
+	if err != nil {
+		return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, "guest_kernel_unavailable", err, "fetching the guest kernel")
+	}
+	guest := r.opt.Guest
+	if guest == nil {
+		if guest, err = builtin.GuestBinary(r.opt.Version); err != nil {
+			return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, "guest_kernel_unavailable", err, "getting the guest agent")
+		}
+	}
+	initrd, err := vmkernel.Initramfs(r.opt.CacheDir, k, guest)
+	if err != nil {
+		return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, "guest_kernel_unavailable", err, "building the initramfs")
+	}
+	r.kernel, r.initrd, r.tscKHz = k, initrd, vmkernel.HostTSCkHz()
+	return k, initrd, nil
+}
+
+// cmdline is the guest kernel's command line.
+func (r *Runtime) cmdline() string {
+	c := "console=ttyS0 quiet panic=-1"
+	if (r.opt.Accel == "" || r.opt.Accel == vmm.AccelTCG) && r.tscKHz > 0 {
+		// TCG: skip the TSC calibration against the PIT, which hangs
+		// boots under load (vmkernel.HostTSCkHz).
+		c += fmt.Sprintf(" tsc_early_khz=%d", r.tscKHz)
+	}
+	return c
+}
+
+// Recover implements sandbox.Runtime. This slice does not re-adopt VMs:
+// it stops any QEMU a previous run left (found by the pid file in each
+// run directory, and checked by vmm.Adopt to be that directory's QEMU)
+// and removes the run directories.
+func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
+	entries, err := os.ReadDir(r.opt.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() {
+			errs = append(errs, r.sweep(ctx, filepath.Join(r.opt.StateDir, e.Name())))
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// sweep stops the QEMU of run directory dir, if it runs, and removes dir.
+func (r *Runtime) sweep(ctx context.Context, dir string) error {
+	if b, err := os.ReadFile(filepath.Join(dir, pidFile)); err == nil {
+		var pid int
+		if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid); err == nil && pid > 0 {
+			cfg := vmm.Config{Machine: vmm.MicroVM, CPUs: 1, MemoryMiB: minMemoryMiB, RunDir: dir, Paused: true}
+			if vm, err := vmm.Adopt(ctx, cfg, pid); err == nil {
+				if err := vm.Kill(ctx); err != nil {
+					return err
+				}
+			} else if !errors.Is(err, errdefs.NotFound) {
+				r.log.Warn("leftover VM not adopted", "dir", dir, "pid", pid, "err", err)
+			}
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// Close implements sandbox.Runtime: sandboxes are forgotten (their QEMU
+// keeps running until the next Recover stops it).
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	sbs := r.sandboxes
+	r.sandboxes, r.closed = map[string]*Sandbox{}, true
+	r.mu.Unlock()
+	for _, sb := range sbs {
+		sb.detach()
+	}
+	return nil
+}
+
+// CacheFiles is LayerFiles over the node's layer cache: Hold keeps the
+// layers (fetched and verified) from eviction while a VM uses them, and
+// their files are the cache's files/<hex> entries (Dir is the cache's
+// Options.Dir; see the layercache package doc for the layout).
+type CacheFiles struct {
+	Cache *layercache.Cache
+	Dir   string
+}
+
+// LayerDirs implements LayerFiles.
+func (c CacheFiles) LayerDirs(ctx context.Context, layers []layerspec.Layer) ([]string, func(), error) {
+	release, err := c.Cache.Hold(ctx, layers)
+	if err != nil {
+		return nil, nil, err
+	}
+	dirs := make([]string, len(layers))
+	for i, l := range layers {
+		dirs[i] = filepath.Join(c.Dir, "files", strings.TrimPrefix(l.ID, "sha256:"))
+	}
+	return dirs, release, nil
+}

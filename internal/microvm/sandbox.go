@@ -1,0 +1,136 @@
+package microvm
+
+import (
+	"context"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/vmm"
+)
+
+// shutdownGrace is how long Destroy lets the guest power off after an
+// ACPI power button press before QEMU is told to quit (then killed). The
+// guest keeps nothing worth a clean shutdown: its root is a tmpfs.
+const shutdownGrace = 100 * time.Millisecond
+
+// Sandbox is one microVM sandbox.
+type Sandbox struct {
+	id   string
+	rt   *Runtime
+	spec sandbox.Spec
+	dir  string
+	vm   *vmm.VM
+
+	mu        sync.Mutex // guards following fields
+	client    *agentproto.Client
+	release   func() // the layers' references
+	destroyed bool
+}
+
+// ID implements sandbox.Sandbox.
+func (s *Sandbox) ID() string { return s.id }
+
+// Pid is QEMU's process id.
+func (s *Sandbox) Pid() int { return s.vm.Pid }
+
+// RunDir is the VM's run directory.
+func (s *Sandbox) RunDir() string { return s.dir }
+
+func (s *Sandbox) agent() (*agentproto.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed || s.client == nil {
+		return nil, sandbox.ErrGone(s.id)
+	}
+	return s.client, nil
+}
+
+// Exec implements sandbox.Sandbox.
+func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecResult, error) {
+	c, err := s.agent()
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	argv, err := sandbox.Argv(Tier, s.rt.Capabilities(), &req)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	var out agentproto.Output
+	if req.Stdout != nil || req.Stderr != nil {
+		out = agentproto.Output{Stdout: writerFunc(req.Stdout), Stderr: writerFunc(req.Stderr)}
+	}
+	return c.Exec(ctx, agentproto.ExecRequestFrom(argv, req), out)
+}
+
+func writerFunc(w io.Writer) func([]byte) {
+	if w == nil {
+		return nil
+	}
+	return func(p []byte) { _, _ = w.Write(p) }
+}
+
+// Stats implements sandbox.Sandbox with what the agent measures in the
+// guest (this slice has no host-side measure of a VM).
+func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
+	c, err := s.agent()
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	return sandbox.Stats{
+		MemoryBytes:      st.MemTotalBytes - st.MemAvailableBytes,
+		MemoryLimitBytes: st.MemTotalBytes,
+		Processes:        st.Processes,
+	}, nil
+}
+
+// Destroy implements sandbox.Sandbox: it closes the agent's connection,
+// stops QEMU (power button, quit, then SIGKILL: vmm.VM.Shutdown), and
+// removes the run directory and the layers' references.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.destroyed = true
+	c, release := s.client, s.release
+	s.client, s.release = nil, nil
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	err := s.vm.Shutdown(ctx)
+	if err == nil {
+		err = os.RemoveAll(s.dir)
+	}
+	if release != nil {
+		release()
+	}
+	s.rt.mu.Lock()
+	if s.rt.sandboxes[s.id] == s {
+		delete(s.rt.sandboxes, s.id)
+	}
+	s.rt.mu.Unlock()
+	return err
+}
+
+// detach forgets the sandbox without stopping its VM (Runtime.Close).
+func (s *Sandbox) detach() {
+	s.mu.Lock()
+	c := s.client
+	s.client, s.destroyed = nil, true
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	s.vm.Release()
+}

@@ -1,0 +1,214 @@
+package vminit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/vmconfig"
+)
+
+// Where the init assembles the guest's root, in the initramfs.
+const (
+	lowerDir = "/lower" // /lower/<i>: layer i's EROFS mount
+	upperDir = "/upper" // the upper tmpfs: upper/ and work/
+	newRoot  = "/newroot"
+)
+
+// devWait bounds the wait for a disk's or port's /dev node.
+const devWait = 10 * time.Second
+
+// findDisks maps the serials of the guest's virtio-blk disks
+// (/sys/block/vd*/serial) to their /dev nodes.
+func findDisks() map[string]string {
+	out := map[string]string{}
+	paths, _ := filepath.Glob("/sys/block/vd*/serial")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if s := strings.TrimRight(string(b), "\x00\n "); s != "" {
+			out[s] = "/dev/" + filepath.Base(filepath.Dir(p))
+		}
+	}
+	return out
+}
+
+// waitDev waits for devtmpfs to create the node path.
+func waitDev(path string) error {
+	deadline := time.Now().Add(devWait)
+	for {
+		_, err := os.Stat(path)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// readConfig reads the VM's config from the disk dev.
+func readConfig(dev string) (*vmconfig.Config, error) {
+	if err := waitDev(dev); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(dev)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, vmconfig.MaxSize))
+	if err != nil {
+		return nil, fmt.Errorf("reading the config disk: %w", err)
+	}
+	return vmconfig.Decode(b)
+}
+
+// sandbox turns the guest into a sandbox: it assembles the root from
+// cfg's layers and a tmpfs upper, switches into it, and serves the node
+// as the agent on the dsec.agent port until the agent stops. The agent
+// runs as root with every capability: the guest is inside the trust
+// boundary, the VM is the isolation.
+func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort string) error {
+	start := time.Now()
+	var lowers []string // top first, as overlay wants them
+	for i, l := range cfg.Layers {
+		meta, blob := disks[l.Meta], disks[l.Blob]
+		if meta == "" || blob == "" {
+			return fmt.Errorf("layer %d: no disk with serial %q or %q", i, l.Meta, l.Blob)
+		}
+		for _, d := range []string{meta, blob} {
+			if err := waitDev(d); err != nil {
+				return err
+			}
+		}
+		target := filepath.Join(lowerDir, strconv.Itoa(i))
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+		if err := syscall.Mount(meta, target, "erofs", syscall.MS_RDONLY, "device="+blob); err != nil {
+			return fmt.Errorf("mounting layer %d (%s, %s): %w", i, meta, blob, err)
+		}
+		lowers = append([]string{target}, lowers...)
+	}
+	if err := os.MkdirAll(upperDir, 0o755); err != nil {
+		return err
+	}
+	if err := syscall.Mount("tmpfs", upperDir, "tmpfs", 0, fmt.Sprintf("size=%dm,mode=0755", cfg.UpperMiB)); err != nil {
+		return fmt.Errorf("mounting the upper tmpfs: %w", err)
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(upperDir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(newRoot, 0o755); err != nil {
+		return err
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upperDir + "/upper,workdir=" + upperDir + "/work"
+	if err := syscall.Mount("overlay", newRoot, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mounting the root overlay: %w", err)
+	}
+	if err := writeEtc(newRoot, cfg); err != nil {
+		return err
+	}
+	if err := mountAPI(newRoot); err != nil {
+		return err
+	}
+	if err := switchRoot(newRoot); err != nil {
+		return err
+	}
+	if cfg.Hostname != "" {
+		if err := syscall.Sethostname([]byte(cfg.Hostname)); err != nil {
+			return fmt.Errorf("setting the host name: %w", err)
+		}
+	}
+	l := newPortListener(agentPort)
+	g.say(fmt.Sprintf("%s root=%dms", readyLine(g.version, uptime(), g.modules, g.loaded), time.Since(start).Milliseconds()))
+	logger := slog.New(slog.NewTextHandler(g.console, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	err := agent.Run(context.Background(), agent.Options{
+		Listener:   l,
+		Logger:     logger,
+		Version:    g.version,
+		DefaultEnv: append([]string{agent.DefaultPath}, cfg.Env...),
+	})
+	if err == nil {
+		err = errors.New("the agent stopped")
+	}
+	return fmt.Errorf("agent: %w", err)
+}
+
+// writeEtc writes the root's /etc/hostname, hosts and resolv.conf (in
+// the upper) and creates /workspace.
+func writeEtc(root string, cfg *vmconfig.Config) error {
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		return err
+	}
+	files := map[string]string{"hosts": cfg.Hosts, "resolv.conf": cfg.Resolv}
+	if cfg.Hostname != "" {
+		files["hostname"] = cfg.Hostname + "\n"
+	}
+	for name, content := range files {
+		if content == "" {
+			continue
+		}
+		p := filepath.Join(root, "etc", name)
+		os.Remove(p) // it may be a symlink (resolv.conf often is)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "workspace"), 0o755); err != nil {
+		return err
+	}
+	return nil
+}
+
+// mountAPI mounts /proc, /sys, /dev, /dev/pts and /dev/shm in root.
+func mountAPI(root string) error {
+	for _, m := range []struct {
+		fstype, target, opts string
+		flags                uintptr
+	}{
+		{"proc", "proc", "", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC},
+		{"sysfs", "sys", "", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC},
+		{"devtmpfs", "dev", "mode=0755", syscall.MS_NOSUID},
+		{"devpts", "dev/pts", "gid=5,mode=0620,ptmxmode=0666", syscall.MS_NOSUID | syscall.MS_NOEXEC},
+		{"tmpfs", "dev/shm", "mode=1777", syscall.MS_NOSUID | syscall.MS_NODEV},
+	} {
+		target := filepath.Join(root, m.target)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+		if err := syscall.Mount(m.fstype, target, m.fstype, m.flags, m.opts); err != nil {
+			return fmt.Errorf("mounting %s: %w", m.target, err)
+		}
+	}
+	return nil
+}
+
+// switchRoot makes root the process's / as switch_root does: the
+// initramfs's rootfs cannot be pivot_root'ed away, so root is moved over
+// / and the process chroots into it. The initramfs's files stay in
+// memory, hidden.
+func switchRoot(root string) error {
+	if err := syscall.Chdir(root); err != nil {
+		return err
+	}
+	if err := syscall.Mount(".", "/", "", syscall.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving the root: %w", err)
+	}
+	if err := syscall.Chroot("."); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	return syscall.Chdir("/")
+}
