@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/cleanup"
@@ -26,7 +25,6 @@ import (
 // Files of a VM's run directory besides vmm's sockets and log.
 const (
 	configDisk = "config.img"
-	pidFile    = "qemu.pid"
 )
 
 // defaultUpperMiB sizes the upper tmpfs when the spec gives no disk size.
@@ -85,7 +83,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 
-	vm, err := vmm.Start(ctx, vmm.Config{
+	vmcfg := vmm.Config{
 		Name:          spec.ID,
 		Machine:       vmm.MicroVM,
 		Accel:         r.opt.Accel,
@@ -99,12 +97,13 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		RunDir:        dir,
 		Binary:        r.opt.QEMU,
 		ShutdownGrace: shutdownGrace,
-	})
+	}
+	vm, err := vmm.Start(ctx, vmcfg)
 	if err != nil {
 		return nil, err
 	}
 	cu.Add(func() { vm.Kill(context.Background()) })
-	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(vm.Pid)+"\n"), 0o600); err != nil {
+	if err := writeState(dir, state{Spec: spec, Pid: vm.Pid, VM: vmcfg}); err != nil {
 		return nil, err
 	}
 

@@ -24,9 +24,15 @@
 // The upper layer is a tmpfs in the guest sized by Spec.DiskMB: what a
 // sandbox writes counts against its memory. There is no network (a policy
 // with egress is refused), no phases, no background processes or PTYs
-// (Capabilities.Processes is false), Stats reports what the agent
-// measures inside the guest, and Recover does not re-adopt VMs: it stops
-// those a previous run left and removes their run directories.
+// (Capabilities.Processes is false), and Stats reports what the agent
+// measures inside the guest.
+//
+// # Recover
+//
+// Each run directory holds state.json (the spec, QEMU's pid and its
+// vmm.Config). Close leaves VMs running; Recover re-adopts them through
+// vmm.Adopt and reconnects to their agents (the guest reopens its port
+// when the old connection ends).
 package microvm
 
 import (
@@ -191,44 +197,8 @@ func (r *Runtime) cmdline() string {
 	return c
 }
 
-// Recover implements sandbox.Runtime. This slice does not re-adopt VMs:
-// it stops any QEMU a previous run left (found by the pid file in each
-// run directory, and checked by vmm.Adopt to be that directory's QEMU)
-// and removes the run directories.
-func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
-	entries, err := os.ReadDir(r.opt.StateDir)
-	if err != nil {
-		return nil, err
-	}
-	var errs []error
-	for _, e := range entries {
-		if e.IsDir() {
-			errs = append(errs, r.sweep(ctx, filepath.Join(r.opt.StateDir, e.Name())))
-		}
-	}
-	return nil, errors.Join(errs...)
-}
-
-// sweep stops the QEMU of run directory dir, if it runs, and removes dir.
-func (r *Runtime) sweep(ctx context.Context, dir string) error {
-	if b, err := os.ReadFile(filepath.Join(dir, pidFile)); err == nil {
-		var pid int
-		if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid); err == nil && pid > 0 {
-			cfg := vmm.Config{Machine: vmm.MicroVM, CPUs: 1, MemoryMiB: minMemoryMiB, RunDir: dir, Paused: true}
-			if vm, err := vmm.Adopt(ctx, cfg, pid); err == nil {
-				if err := vm.Kill(ctx); err != nil {
-					return err
-				}
-			} else if !errors.Is(err, errdefs.NotFound) {
-				r.log.Warn("leftover VM not adopted", "dir", dir, "pid", pid, "err", err)
-			}
-		}
-	}
-	return os.RemoveAll(dir)
-}
-
-// Close implements sandbox.Runtime: sandboxes are forgotten (their QEMU
-// keeps running until the next Recover stops it).
+// Close implements sandbox.Runtime: sandboxes are forgotten, their VMs
+// left running for the next Recover.
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	sbs := r.sandboxes

@@ -3,12 +3,15 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,10 +20,12 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/blobstore"
 	"github.com/dsec-dev/dsec/internal/builtin"
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/layercache"
 	"github.com/dsec-dev/dsec/internal/layerspec"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/sandbox/sandboxtest"
 	"github.com/dsec-dev/dsec/internal/testenv"
 	"github.com/dsec-dev/dsec/internal/vminit"
 	"github.com/dsec-dev/dsec/internal/vmm"
@@ -291,5 +296,81 @@ func TestExecFilesDestroy(t *testing.T) {
 	}
 	if err := sb.Destroy(ctx); err != nil {
 		t.Errorf("second Destroy: %v", err)
+	}
+}
+
+// TestConformance runs the tier conformance suite on microVMs. Every
+// sandbox is a VM boot under TCG (seconds each), so the suite runs only
+// when DSEC_TEST_MICROVM_CONFORMANCE is set.
+func TestConformance(t *testing.T) {
+	if os.Getenv("DSEC_TEST_MICROVM_CONFORMANCE") == "" {
+		t.Skip("set DSEC_TEST_MICROVM_CONFORMANCE=1 to run the suite (one TCG boot per sandbox)")
+	}
+	w := world.get(t)
+	guest, err := builtin.GuestBinary("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.Suite(t, sandboxtest.Factory{
+		New: func(t *testing.T, dir string) sandbox.Runtime {
+			// The suite's directories are too long for socket paths: a
+			// short one is derived from it, the same for the same dir.
+			sum := sha256.Sum256([]byte(dir))
+			short := filepath.Join(os.TempDir(), "mvm-"+hex.EncodeToString(sum[:6]))
+			rt, err := New(context.Background(), Options{
+				StateDir: short, CacheDir: kernelCache, Guest: guest, Version: "test",
+				Layers: CacheFiles{Cache: w.cache, Dir: filepath.Join(w.dir, "layers")},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if ps := qemuProcs(short); len(ps) > 0 {
+					t.Errorf("QEMU processes left: %+v", ps)
+				}
+				os.RemoveAll(short)
+			})
+			return rt
+		},
+		Image:    sandbox.Image{ID: "busybox", Name: "busybox", Layers: w.layers},
+		Commands: busyboxCommands,
+	})
+}
+
+func sh(script string, args ...string) []string {
+	return append([]string{"/bin/sh", "-c", script, "sh"}, args...)
+}
+
+// busyboxCommands are the suite's programs in the busybox image (as the
+// container tier's tests give them).
+var busyboxCommands = sandboxtest.Commands{
+	Echo:      func(args ...string) []string { return append([]string{"echo"}, args...) },
+	Cat:       func() []string { return []string{"cat"} },
+	Env:       func() []string { return []string{"env"} },
+	Exit:      func(code int) []string { return sh("exit " + strconv.Itoa(code)) },
+	Sleep:     func(s int) []string { return []string{"sleep", strconv.Itoa(s)} },
+	Flood:     func() []string { return []string{"yes"} },
+	ReadFile:  func(p string) []string { return []string{"cat", "--", p} },
+	WriteFile: func(p string) []string { return sh(`exec cat > "$1"`, p) },
+	AllocMB: func(mb int) []string {
+		return sh(`x=$(head -c "$1"m /dev/zero | tr '\0' a) && test ${#x} -gt 0`, strconv.Itoa(mb))
+	},
+}
+
+// TestBootTimeoutLeavesNothing: a VM that is not ready within the boot
+// timeout is killed, and the failed Create leaves no process, socket or
+// run directory (newRuntime's cleanup checks).
+func TestBootTimeoutLeavesNothing(t *testing.T) {
+	rt, _ := newRuntime(t)
+	rt.opt.BootTimeout = 300 * time.Millisecond
+	_, err := rt.Create(ctxT(t, time.Minute), sandbox.Spec{
+		ID: "mvm-t2", Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
+		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
+	})
+	if errdefs.CodeOf(err) != vmm.CodeBootTimeout {
+		t.Fatalf("Create with a 300 ms boot timeout: %v, want code %s", err, vmm.CodeBootTimeout)
+	}
+	if entries, _ := os.ReadDir(rt.opt.StateDir); len(entries) > 0 {
+		t.Errorf("run directories after a failed Create: %v", entries)
 	}
 }

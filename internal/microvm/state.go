@@ -1,0 +1,134 @@
+package microvm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/vmm"
+)
+
+// stateFile, in a VM's run directory, is what a later run of the node
+// agent needs to adopt the VM.
+const stateFile = "state.json"
+
+// recoverDial bounds the reconnection to an adopted VM's agent.
+const recoverDial = 10 * time.Second
+
+type state struct {
+	Spec sandbox.Spec `json:"spec"`
+	Pid  int          `json:"pid"`
+	VM   vmm.Config   `json:"vm"`
+}
+
+// writeState writes dir's state file, whole (through a rename).
+func writeState(dir string, st state) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, stateFile))
+}
+
+func readState(dir string) (state, error) {
+	var st state
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", stateFile, err)
+	}
+	if st.Pid <= 0 || st.VM.RunDir != dir || st.Spec.ID != filepath.Base(dir) {
+		return st, fmt.Errorf("%s does not describe the VM of %s", stateFile, dir)
+	}
+	return st, nil
+}
+
+// Recover implements sandbox.Runtime: it re-adopts the VMs a previous run
+// left running (vmm.Adopt checks each pid is its run directory's QEMU),
+// reconnects to their agents and holds their layers again. A run
+// directory without a whole state file, whose QEMU is gone, or whose
+// agent does not answer is torn down. Errors are joined; the sandboxes
+// recovered are returned whatever failed.
+func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
+	entries, err := os.ReadDir(r.opt.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []sandbox.Sandbox
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(r.opt.StateDir, e.Name())
+		sb, err := r.adopt(ctx, dir)
+		if err != nil {
+			r.log.Warn("tearing down a VM that could not be recovered", "dir", dir, "err", err)
+			if err := r.sweep(ctx, dir); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		out = append(out, sb)
+	}
+	return out, errors.Join(errs...)
+}
+
+// adopt re-attaches to the VM of run directory dir.
+func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
+	st, err := readState(dir)
+	if err != nil {
+		return nil, err
+	}
+	dirs, release, err := r.opt.Layers.LayerDirs(ctx, st.Spec.Image.Layers)
+	if err != nil {
+		return nil, err
+	}
+	_ = dirs // the VM has its disks open already
+	vm, err := vmm.Adopt(ctx, st.VM, st.Pid)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, recoverDial)
+	defer cancel()
+	client, err := dialAgent(dctx, vm.AgentSocket(), r)
+	if err != nil {
+		vm.Kill(ctx)
+		release()
+		return nil, errdefs.Wrap(errdefs.Unavailable, "agent_unreachable", err, "reconnecting to the agent of %s", st.Spec.ID)
+	}
+	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, client: client, release: release}
+	r.mu.Lock()
+	r.sandboxes[sb.id] = sb
+	r.mu.Unlock()
+	return sb, nil
+}
+
+// sweep stops the QEMU of run directory dir, if it runs (found by the
+// state file's pid and checked by vmm.Adopt to be that directory's), and
+// removes dir.
+func (r *Runtime) sweep(ctx context.Context, dir string) error {
+	if st, err := readState(dir); err == nil {
+		if vm, err := vmm.Adopt(ctx, st.VM, st.Pid); err == nil {
+			if err := vm.Kill(ctx); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, errdefs.NotFound) {
+			r.log.Warn("leftover VM not adopted", "dir", dir, "pid", st.Pid, "err", err)
+		}
+	}
+	return os.RemoveAll(dir)
+}
