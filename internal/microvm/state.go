@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/vmm"
@@ -18,8 +19,12 @@ import (
 // agent needs to adopt the VM.
 const stateFile = "state.json"
 
-// recoverDial bounds the reconnection to an adopted VM's agent.
-const recoverDial = 10 * time.Second
+// recoverDial bounds the reconnection to an adopted VM's agent, and
+// helloAttempt each try.
+const (
+	recoverDial  = 10 * time.Second
+	helloAttempt = time.Second
+)
 
 type state struct {
 	Spec sandbox.Spec `json:"spec"`
@@ -102,9 +107,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		release()
 		return nil, err
 	}
-	dctx, cancel := context.WithTimeout(ctx, recoverDial)
-	defer cancel()
-	client, err := dialAgent(dctx, vm.AgentSocket(), r)
+	client, err := redialAgent(ctx, vm.AgentSocket(), r)
 	if err != nil {
 		vm.Kill(ctx)
 		release()
@@ -131,4 +134,25 @@ func (r *Runtime) sweep(ctx context.Context, dir string) error {
 		}
 	}
 	return os.RemoveAll(dir)
+}
+
+// redialAgent reconnects to an adopted VM's agent, retrying: the guest
+// discards what it has buffered when it closes its end of the port after
+// the previous connection, so a hello sent just then can be lost. Each try
+// waits helloAttempt for the answer.
+func redialAgent(ctx context.Context, sock string, r *Runtime) (*agentproto.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, recoverDial)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, helloAttempt)
+		c, err := dialAgent(actx, sock, r)
+		acancel()
+		if err == nil || ctx.Err() != nil {
+			return c, err
+		}
+		select { // a refused connection fails at once: don't spin
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
