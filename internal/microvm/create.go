@@ -86,7 +86,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	vmcfg := vmm.Config{
 		Name:          spec.ID,
 		Machine:       vmm.MicroVM,
-		Accel:         r.opt.Accel,
+		Accel:         r.accelerator(),
 		CPUs:          vcpus(spec.CPU),
 		MemoryMiB:     max(spec.MemoryMB, minMemoryMiB),
 		Kernel:        k.VmlinuxPath(),

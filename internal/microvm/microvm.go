@@ -45,6 +45,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
@@ -104,8 +105,9 @@ type Options struct {
 
 // Runtime is the microvm tier on one node. It is safe for concurrent use.
 type Runtime struct {
-	opt Options
-	log *slog.Logger
+	opt   Options
+	log   *slog.Logger
+	accel atomic.Value // string: UseAccel's, over opt.Accel
 
 	bootMu  sync.Mutex // guards following fields
 	kernel  vmkernel.Kernel
@@ -145,11 +147,7 @@ func (r *Runtime) Capabilities() sandbox.Capabilities {
 
 // Fingerprint implements sandbox.Runtime.
 func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {
-	accel := r.opt.Accel
-	if accel == "" {
-		accel = vmm.AccelTCG
-	}
-	info := api.TierInfo{Name: Tier, Available: true, Accelerator: accel}
+	info := api.TierInfo{Name: Tier, Available: true, Accelerator: r.accelerator()}
 	bin := r.opt.QEMU
 	if bin == "" {
 		bin = "qemu-system-x86_64"
@@ -189,7 +187,7 @@ func (r *Runtime) boot(ctx context.Context) (vmkernel.Kernel, string, error) {
 // cmdline is the guest kernel's command line.
 func (r *Runtime) cmdline() string {
 	c := "console=ttyS0 quiet panic=-1"
-	if (r.opt.Accel == "" || r.opt.Accel == vmm.AccelTCG) && r.tscKHz > 0 {
+	if r.accelerator() == vmm.AccelTCG && r.tscKHz > 0 {
 		// TCG: skip the TSC calibration against the PIT, which hangs
 		// boots under load (vmkernel.HostTSCkHz).
 		c += fmt.Sprintf(" tsc_early_khz=%d", r.tscKHz)
