@@ -33,9 +33,11 @@ type Config struct {
 	Node Node `toml:"node"`
 	// Container configures the container tier.
 	Container Container `toml:"container"`
-	Images    Images    `toml:"images"`
-	Limits    Limits    `toml:"limits"`
-	Audit     Audit     `toml:"audit"`
+	// MicroVM configures the microvm tier.
+	MicroVM MicroVM `toml:"microvm"`
+	Images  Images  `toml:"images"`
+	Limits  Limits  `toml:"limits"`
+	Audit   Audit   `toml:"audit"`
 }
 
 // Audit configures the node's eBPF monitor of sandboxes.
@@ -129,6 +131,25 @@ type Container struct {
 	// IDBase is the host uid and gid a sandbox's root maps to; sandboxes
 	// own the 65536 ids from there (default 1000000).
 	IDBase int `toml:"id_base"`
+}
+
+// MicroVM configures the microvm tier of a node: a QEMU microvm per
+// sandbox (internal/microvm). The tier is registered whenever it is not
+// disabled; without QEMU the node reports it unavailable.
+type MicroVM struct {
+	// Disabled turns the tier off.
+	Disabled bool `toml:"disabled"`
+	// CacheDir caches the guest kernel (from Debian's linux-image package)
+	// and the initramfs built over it (default <data_dir>/cache/vmkernel).
+	CacheDir string `toml:"cache_dir"`
+	// QEMU is the qemu-system-x86_64 binary (default: the one on PATH).
+	QEMU string `toml:"qemu"`
+	// Accelerator is "auto" (the default: KVM once the guest kernel is
+	// seen booting on it, else TCG), "kvm" or "tcg".
+	Accelerator string `toml:"accelerator"`
+	// BootTimeoutS bounds a VM's boot to its agent's hello (60); a VM not
+	// ready by then is killed and its create fails.
+	BootTimeoutS int `toml:"boot_timeout_s"`
 }
 
 // Limits are the control plane's defaults and bounds (see
@@ -261,6 +282,14 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		return fmt.Errorf("log_format %q: want text or json", c.LogFormat)
+	}
+	switch c.MicroVM.Accelerator {
+	case "", "auto", "kvm", "tcg":
+	default:
+		return fmt.Errorf("microvm.accelerator %q: want auto, kvm or tcg", c.MicroVM.Accelerator)
+	}
+	if c.MicroVM.BootTimeoutS < 0 {
+		return fmt.Errorf("microvm.boot_timeout_s %d: want a positive number of seconds", c.MicroVM.BootTimeoutS)
 	}
 	switch c.Images.Blobs {
 	case "", "local", "nats":

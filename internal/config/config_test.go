@@ -71,3 +71,32 @@ func TestNodeIDFromHost(t *testing.T) {
 		}
 	}
 }
+
+func TestMicroVMSection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dsec.toml")
+	os.WriteFile(path, []byte(`version = 1
+[microvm]
+cache_dir = "/var/cache/dsec-vm"
+qemu = "/opt/qemu/bin/qemu-system-x86_64"
+accelerator = "tcg"
+boot_timeout_s = 20
+`), 0o644)
+	c := Defaults()
+	if err := c.Load(path, true); err != nil {
+		t.Fatal(err)
+	}
+	want := MicroVM{CacheDir: "/var/cache/dsec-vm", QEMU: "/opt/qemu/bin/qemu-system-x86_64", Accelerator: "tcg", BootTimeoutS: 20}
+	if c.MicroVM != want {
+		t.Errorf("[microvm] = %+v, want %+v", c.MicroVM, want)
+	}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+	if d := Defaults(); d.MicroVM.Disabled || d.Validate() != nil {
+		t.Errorf("defaults: microvm disabled %v, validate %v", d.MicroVM.Disabled, d.Validate())
+	}
+	c.MicroVM.Accelerator = "hvf"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "accelerator") {
+		t.Errorf("accelerator hvf: Validate = %v", err)
+	}
+}
