@@ -51,6 +51,9 @@ func startUp(t testing.TB, dir string, adjust func(*config.Config)) *up {
 	// The container tier is on only in the tests that use it
 	// (withContainers): it keeps a pool of network namespaces.
 	cfg.Container.Disabled = true
+	// So is the microvm tier (withMicroVM): it fetches the guest kernel
+	// in the background.
+	cfg.MicroVM.Disabled = true
 	if adjust != nil {
 		adjust(&cfg)
 	}

@@ -102,6 +102,7 @@ func containerConfig(t *testing.T, dir string, h containerHost) config.Config {
 		Name: h.Net, NetworkRange: h.Range.String(), NetworkPool: h.Pool,
 		CgroupParent: h.CgroupParent, IDBase: h.IDBase,
 	}
+	cfg.MicroVM.Disabled = true
 	return cfg
 }
 

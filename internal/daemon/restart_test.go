@@ -170,6 +170,7 @@ func TestCrashRecovery(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.DataDir, cfg.API.Listen, cfg.NATS.Listen, cfg.Node.ID = dir, "127.0.0.1:0", "none", "test-node"
 	cfg.Container.Disabled = true
+	cfg.MicroVM.Disabled = true
 	raw, _ := json.Marshal(cfg)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "DSEC_TEST_DAEMON="+string(raw))

@@ -52,6 +52,7 @@ func TestNodeAndServerRoles(t *testing.T) {
 	nodeCfg := config.Defaults()
 	nodeCfg.DataDir, nodeCfg.Node.ID, nodeCfg.LogLevel = t.TempDir(), "node-b", "warn"
 	nodeCfg.Container.Disabled = true
+	nodeCfg.MicroVM.Disabled = true
 	nodeCfg.NATS.URL, nodeCfg.NATS.Token = u.info.NATSURL, natsToken
 	runRole(t, RoleNode, nodeCfg)
 

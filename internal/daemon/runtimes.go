@@ -21,11 +21,13 @@ import (
 	"github.com/dsec-dev/dsec/internal/function"
 	"github.com/dsec-dev/dsec/internal/guard"
 	"github.com/dsec-dev/dsec/internal/layercache"
+	"github.com/dsec-dev/dsec/internal/microvm"
 	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/seccomp"
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/vmm"
 )
 
 // idCount is how many ids a container sandbox's user namespace maps.
@@ -86,8 +88,96 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		closeRuntimes := closeAll
 		closeAll = func() { closeRuntimes(); closeDeps() }
 	}
+	var mv *microvm.Runtime
+	if !d.cfg.MicroVM.Disabled {
+		if mv, err = d.microvmRuntime(ctx, layers); err != nil {
+			return nil, nil, fmt.Errorf("microvm tier (set [microvm] disabled = true to run without it): %w", err)
+		}
+		if err := reg.Register(mv); err != nil {
+			return nil, nil, err
+		}
+	}
 	cu.Release()
+	if mv != nil {
+		// Stopped before the runtimes close.
+		stopPrepare := d.prepareMicroVM(mv)
+		closeRuntimes := closeAll
+		closeAll = func() { stopPrepare(); closeRuntimes() }
+	}
 	return reg, func() { closeAll(); closeAudit() }, nil
+}
+
+// microvmRuntime makes the microvm tier. It is registered even without
+// QEMU: its Fingerprint then reports it unavailable (and why), and the
+// scheduler places nothing on it.
+func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache) (*microvm.Runtime, error) {
+	c := d.cfg.MicroVM
+	opt := microvm.Options{
+		StateDir: filepath.Join(d.cfg.DataDir, "node", microvm.Tier),
+		CacheDir: c.CacheDir,
+		Layers:   microvm.CacheFiles{Cache: layers, Dir: filepath.Join(d.cfg.DataDir, "layers")},
+		Version:  d.build.Version,
+		Logger:   d.log.With("tier", microvm.Tier),
+		// "auto" starts on TCG; prepareMicroVM switches to KVM once the
+		// guest kernel is seen booting on it.
+		Accel:       c.Accelerator,
+		BootTimeout: time.Duration(c.BootTimeoutS) * time.Second,
+		QEMU:        c.QEMU,
+	}
+	if opt.CacheDir == "" {
+		opt.CacheDir = filepath.Join(d.cfg.DataDir, "cache", "vmkernel")
+	}
+	if opt.Accel == "auto" {
+		opt.Accel = ""
+	}
+	return microvm.New(ctx, opt)
+}
+
+// prepareMicroVM fetches the guest kernel and builds the initramfs in the
+// background, so that neither `dsec up` nor the first create waits for
+// them (a create that comes first waits for the same fetch, not a second
+// one), then, with accelerator "auto", probes whether the kernel boots on
+// KVM (vmm.ProbeAccel) and, if it does, switches the tier to it. The node
+// reports the tier's accelerator in its tiers (GET /v1/nodes). A failure
+// is logged: the first create tries the fetch again, and reports it. The
+// function returned stops the work and waits for it.
+func (d *daemon) prepareMicroVM(mv *microvm.Runtime) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	log := d.log.With("tier", microvm.Tier)
+	go func() {
+		defer close(done)
+		if info := mv.Fingerprint(ctx); !info.Available {
+			log.Warn("the microvm tier is unavailable", "reason", info.Reason)
+			return
+		}
+		kernel, err := mv.Prepare(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("preparing the guest kernel (the first microvm create tries again)", "err", err)
+			}
+			return
+		}
+		if a := d.cfg.MicroVM.Accelerator; a != "" && a != "auto" {
+			return
+		}
+		accel, err := vmm.ProbeAccel(ctx, d.cfg.MicroVM.QEMU, kernel)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("probing the accelerator: microvms run on TCG", "err", err)
+			}
+			return
+		}
+		mv.UseAccel(accel)
+		log.Info("microvm accelerator", "accel", accel)
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
 }
 
 // containerRuntime makes the container tier and the network and cgroup

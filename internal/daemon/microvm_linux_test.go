@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/client"
+	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/testenv"
+)
+
+// microvmKernelCache is internal/vmkernel's and internal/microvm's test
+// cache of the guest kernel: the tests of every package fetch it once.
+var microvmKernelCache = filepath.Join(os.TempDir(), "dsec-test-vmkernel")
+
+// withMicroVM is a startUp adjustment that turns the microvm tier on over
+// the shared kernel cache.
+func withMicroVM(t testing.TB) func(*config.Config) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("the microvm tier needs QEMU (Debian qemu-system-x86)")
+	}
+	return func(c *config.Config) {
+		c.MicroVM.Disabled = false
+		c.MicroVM.CacheDir = microvmKernelCache
+	}
+}
+
+// qemuProcsUnder lists the QEMU processes whose command line names dir.
+func qemuProcsUnder(dir string) []testenv.Proc {
+	var out []testenv.Proc
+	for _, p := range testenv.Procs() {
+		if strings.Contains(p.Cmdline, "qemu") && strings.Contains(p.Cmdline, dir) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestMicroVMThroughTheAPI runs one microvm sandbox through `dsec up`'s
+// API: the node reports the tier and its accelerator, commands run in a
+// kernel of their own, files go in and out, what the tier's first slice
+// cannot do is refused with 422 unsupported_on_tier, and nothing of QEMU
+// is left after the delete. One TCG boot.
+func TestMicroVMThroughTheAPI(t *testing.T) {
+	on := withMicroVM(t)
+	// Short: the VM's sockets live under <dir>/node/microvm/<id>/.
+	dir, err := os.MkdirTemp("", "TestMvm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ps := qemuProcsUnder(dir); len(ps) > 0 {
+			t.Errorf("QEMU processes left: %v", ps)
+			for _, p := range ps {
+				if pr, err := os.FindProcess(p.Pid); err == nil {
+					_ = pr.Kill()
+				}
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("removing the data directory: %v", err)
+		}
+	})
+	u := startUp(t, dir, on)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	nodes, err := u.c.Nodes(ctx)
+	if err != nil || len(nodes.Nodes) != 1 {
+		t.Fatalf("nodes: %+v, %v", nodes, err)
+	}
+	i := slices.IndexFunc(nodes.Nodes[0].Tiers, func(ti api.TierInfo) bool { return ti.Name == api.TierMicroVM })
+	if i < 0 {
+		t.Fatalf("the node does not list the microvm tier: %+v", nodes.Nodes[0].Tiers)
+	}
+	if ti := nodes.Nodes[0].Tiers[i]; !ti.Available || (ti.Accelerator != "tcg" && ti.Accelerator != "kvm") {
+		t.Fatalf("microvm tier: %+v, want available on tcg or kvm", ti)
+	} else {
+		t.Logf("microvm tier: %+v", ti)
+	}
+
+	// Refused before any VM boots.
+	for _, tc := range []struct {
+		name string
+		req  api.CreateSandboxRequest
+	}{
+		{"egress", api.CreateSandboxRequest{Tier: api.TierMicroVM, Network: &api.NetworkPolicy{Egress: api.EgressOpen}}},
+		{"phases", api.CreateSandboxRequest{Tier: api.TierMicroVM, Phases: []api.Phase{{Name: "a"}, {Name: "b"}}}},
+	} {
+		_, err := u.c.CreateSandbox(ctx, tc.req)
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.StatusCode != 422 || ce.Code != "unsupported_on_tier" {
+			t.Errorf("create with %s: %v, want 422 unsupported_on_tier", tc.name, err)
+		}
+	}
+
+	start := time.Now()
+	sb, err := u.c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierMicroVM, MemoryMB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("created %s (image %s) in %v", sb.ID, sb.Image, time.Since(start).Round(time.Millisecond))
+	if sb.Tier != api.TierMicroVM || sb.State != api.StateRunning {
+		t.Errorf("sandbox: %+v", sb)
+	}
+
+	// The negative control: a VM runs its own kernel.
+	host, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := u.c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"uname", "-r"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if guest := strings.TrimSpace(res.Stdout); res.ExitCode != 0 || guest == "" || guest == strings.TrimSpace(string(host)) {
+		t.Errorf("uname -r in the VM: %+v; the host's is %s", res, host)
+	}
+
+	body := []byte("written through the files API\n")
+	if _, err := u.c.WriteFile(ctx, sb.ID, "/tmp/dsec/note.txt", bytes.NewReader(body), client.WriteOptions{Parents: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := u.c.ReadFileBytes(ctx, sb.ID, "/tmp/dsec/note.txt"); err != nil || !bytes.Equal(got, body) {
+		t.Errorf("read back %q, %v", got, err)
+	}
+	if res, err := u.c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"cat", "/tmp/dsec/note.txt"}}); err != nil || res.Stdout != string(body) {
+		t.Errorf("cat in the VM: %+v, %v", res, err)
+	}
+
+	// Background processes are not in this slice.
+	_, err = u.c.StartProcess(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "5"}})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.StatusCode != 422 || ce.Code != "unsupported_on_tier" {
+		t.Errorf("start a process: %v, want 422 unsupported_on_tier", err)
+	}
+
+	if err := u.c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ps := qemuProcsUnder(dir); len(ps) > 0 {
+		t.Errorf("QEMU processes after the delete: %v", ps)
+	}
+	u.stop()
+	if ps := qemuProcsUnder(dir); len(ps) > 0 {
+		t.Errorf("QEMU processes after the daemon stopped: %v", ps)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "node", "microvm")); len(ents) > 0 {
+		t.Errorf("run directories left: %v", ents)
+	}
+}
