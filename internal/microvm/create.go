@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/cleanup"
@@ -35,6 +36,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := r.check(spec); err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
 	k, initrd, err := r.boot(ctx)
 	if err != nil {
 		return nil, err
@@ -108,8 +110,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	}
 
 	var client *agentproto.Client
+	tm := Timing{Spawn: vm.Started.Spawn.Sub(t0), QMP: vm.Started.QMP.Sub(t0), Cont: vm.Started.Cont.Sub(t0)}
 	err = vm.WaitReady(ctx, func(ctx context.Context) error {
-		c, err := dialAgent(ctx, vm.AgentSocket(), r)
+		c, err := dialAgent(ctx, vm.AgentSocket(), r, &tm, t0)
 		client = c
 		return err
 	}, r.opt.BootTimeout)
@@ -117,8 +120,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 	cu.Add(func() { client.Close() })
+	r.log.Debug("microvm ready", "id", spec.ID, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
-	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, client: client, release: release}
+	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, client: client, release: release, timing: tm}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -194,16 +198,28 @@ func baseEnv(spec sandbox.Spec) []string {
 // dialAgent connects to the agent's port and waits for its hello: the
 // readiness check of a boot. QEMU accepts the connection at once and
 // holds the hello until the guest's agent opens its end of the port.
-func dialAgent(ctx context.Context, sock string, r *Runtime) (*agentproto.Client, error) {
+func dialAgent(ctx context.Context, sock string, r *Runtime, tm *Timing, t0 time.Time) (*agentproto.Client, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the agent: %w", err)
 	}
+	tm.Connected = time.Since(t0)
 	c := agentproto.NewClient(conn, r.log)
 	if _, err := c.Hello(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("greeting the agent: %w", err)
 	}
+	tm.Hello = time.Since(t0)
 	return c, nil
+}
+
+// Timing is when a Create passed its steps, from its start (after the
+// spec's checks): for measurements and debug logs.
+type Timing struct {
+	Spawn     time.Duration // QEMU's process started
+	QMP       time.Duration // its QMP answered
+	Cont      time.Duration // the guest was let run
+	Connected time.Duration // agent.sock accepted the connection
+	Hello     time.Duration // the agent answered hello: ready
 }

@@ -63,7 +63,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func (w *testWorld) get(t *testing.T) *testWorld {
+func (w *testWorld) get(t testing.TB) *testWorld {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the microvm tier's tests need root (layer mounts)")
@@ -129,7 +129,7 @@ func publish(ctx context.Context, store *blobstore.Local, a layer.Artifact) erro
 // newRuntime returns a runtime with a short state directory (socket paths
 // are limited to 107 bytes), and checks after the test that nothing of
 // its VMs is left.
-func newRuntime(t *testing.T) (*Runtime, string) {
+func newRuntime(t testing.TB) (*Runtime, string) {
 	t.Helper()
 	w := world.get(t)
 	guest, err := builtin.GuestBinary("test")
@@ -169,7 +169,7 @@ func newRuntime(t *testing.T) (*Runtime, string) {
 	return rt, dir
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

@@ -25,6 +25,8 @@ type Sandbox struct {
 	spec sandbox.Spec
 	dir  string
 	vm   *vmm.VM
+	// timing is its Create's (zero if recovered).
+	timing Timing
 
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client

@@ -145,7 +145,7 @@ func redialAgent(ctx context.Context, sock string, r *Runtime) (*agentproto.Clie
 	defer cancel()
 	for {
 		actx, acancel := context.WithTimeout(ctx, helloAttempt)
-		c, err := dialAgent(actx, sock, r)
+		c, err := dialAgent(actx, sock, r, &Timing{}, time.Now())
 		acancel()
 		if err == nil || ctx.Err() != nil {
 			return c, err

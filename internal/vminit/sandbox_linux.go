@@ -133,7 +133,7 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		}
 	}
 	l := newPortListener(agentPort)
-	g.say(fmt.Sprintf("%s root=%dms", readyLine(g.version, uptime(), g.modules, g.loaded), time.Since(start).Milliseconds()))
+	g.say(fmt.Sprintf("%s devices=%dms root=%dms", g.readyLine(), g.devices.Milliseconds(), time.Since(start).Milliseconds()))
 	logger := slog.New(slog.NewTextHandler(g.console, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	err := agent.Run(context.Background(), agent.Options{
 		Listener:   l,

@@ -37,6 +37,8 @@ type guest struct {
 	hvc     *os.File      // the virtio console, if the VM has one
 	modules time.Duration // loading the modules took
 	loaded  int           // modules loaded
+	initAt  time.Duration // the guest's uptime when the init started
+	devices time.Duration // finding the config disk and the agent port took
 }
 
 func (g *guest) run() error {
@@ -50,6 +52,7 @@ func (g *guest) run() error {
 			return fmt.Errorf("mounting %s: %w", m.target, err)
 		}
 	}
+	g.initAt = uptime()
 	if f, err := os.OpenFile("/dev/ttyS0", os.O_WRONLY|syscall.O_NOCTTY, 0); err == nil {
 		g.console = f
 	}
@@ -63,6 +66,7 @@ func (g *guest) run() error {
 		return err
 	}
 	g.modules, g.loaded = time.Since(start), n
+	start = time.Now()
 	disks := findDisks()
 	if dev := disks[vmconfig.DiskSerial]; dev != "" {
 		cfg, err := readConfig(dev)
@@ -73,12 +77,13 @@ func (g *guest) run() error {
 		if err != nil {
 			return err
 		}
+		g.devices = time.Since(start)
 		return g.sandbox(cfg, disks, port)
 	}
 	if err := g.openHVC(); err != nil {
 		return err
 	}
-	g.say(readyLine(g.version, uptime(), g.modules, g.loaded))
+	g.say(g.readyLine())
 	if v, _ := cmdlineParam(string(cmdline), TestParam); v == "poweroff" {
 		return nil
 	}
@@ -92,6 +97,11 @@ func (g *guest) run() error {
 		}
 	}
 	return fmt.Errorf("reading hvc0: %v", s.Err())
+}
+
+// readyLine is the ready announcement with the guest's timings.
+func (g *guest) readyLine() string {
+	return fmt.Sprintf("%s init=%.3fs", readyLine(g.version, uptime(), g.modules, g.loaded), g.initAt.Seconds())
 }
 
 // say prints line on the serial console and the virtio console.

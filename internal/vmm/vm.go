@@ -47,6 +47,8 @@ const pollInterval = 200 * time.Millisecond
 type VM struct {
 	// Pid is QEMU's process id.
 	Pid int
+	// Started tells when Start passed its steps (zero for an adopted VM).
+	Started StartTimes
 
 	cfg   Config
 	start uint64     // the process's start time: with Pid, its identity
@@ -64,6 +66,13 @@ type VM struct {
 	log      *cappedLog
 	state    *os.ProcessState
 	released bool
+}
+
+// StartTimes are the moments Start passed its steps, for measurements.
+type StartTimes struct {
+	Spawn time.Time // QEMU's process started
+	QMP   time.Time // QMP answered
+	Cont  time.Time // the guest was let run (zero if Config.Paused)
 }
 
 // Start spawns QEMU for cfg, connects to its QMP socket and its serial
@@ -99,10 +108,12 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	cmd.Env = []string{} // nothing of the node agent's environment
 	cmd.Stderr = errs
 	cmd.SysProcAttr = sysProcAttr()
+	var times StartTimes
 	if err := cmd.Start(); err != nil {
 		removeSockets(cfg.RunDir)
 		return nil, errdefs.Wrap(errdefs.Unavailable, CodeStartFailed, err, "starting qemu for %s", cfg.label())
 	}
+	times.Spawn = time.Now()
 	vm := &VM{
 		Pid:    cmd.Process.Pid,
 		cfg:    cfg,
@@ -139,6 +150,7 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 			fmt.Errorf("%w; qemu said: %q", err, strings.TrimSpace(errs.String())),
 			"starting qemu for %s", cfg.label())
 	}
+	times.QMP = time.Now()
 	vm.mu.Lock()
 	vm.qmp = q
 	vm.mu.Unlock()
@@ -149,7 +161,9 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 		if err := q.Execute(ctx, "cont", nil, nil); err != nil {
 			return nil, errdefs.Wrap(errdefs.Unavailable, CodeStartFailed, err, "starting the guest of %s", cfg.label())
 		}
+		times.Cont = time.Now()
 	}
+	vm.Started = times
 	cu.Release()
 	return vm, nil
 }
