@@ -38,7 +38,6 @@ package microvm
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -112,7 +111,6 @@ type Runtime struct {
 	bootMu  sync.Mutex // guards following fields
 	kernel  vmkernel.Kernel
 	initrd  string
-	tscKHz  int
 	bootErr error
 
 	mu        sync.Mutex // guards following fields
@@ -180,19 +178,13 @@ func (r *Runtime) boot(ctx context.Context) (vmkernel.Kernel, string, error) {
 	if err != nil {
 		return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, "guest_kernel_unavailable", err, "building the initramfs")
 	}
-	r.kernel, r.initrd, r.tscKHz = k, initrd, vmkernel.HostTSCkHz()
+	r.kernel, r.initrd = k, initrd
 	return k, initrd, nil
 }
 
-// cmdline is the guest kernel's command line.
+// cmdline is the guest kernel's command line (vmkernel.Cmdline).
 func (r *Runtime) cmdline() string {
-	c := "console=ttyS0 quiet panic=-1"
-	if r.accelerator() == vmm.AccelTCG && r.tscKHz > 0 {
-		// TCG: skip the TSC calibration against the PIT, which hangs
-		// boots under load (vmkernel.HostTSCkHz).
-		c += fmt.Sprintf(" tsc_early_khz=%d", r.tscKHz)
-	}
-	return c
+	return vmkernel.Cmdline(r.accelerator() == vmm.AccelTCG)
 }
 
 // Close implements sandbox.Runtime: sandboxes are forgotten, their VMs

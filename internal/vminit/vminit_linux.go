@@ -113,7 +113,10 @@ func (g *guest) say(line string) {
 }
 
 // loadModules loads the modules ModulesList names, in its order. A module
-// already loaded (or built in) is not an error.
+// already loaded (or built in) is not an error. A module of
+// DeviceModules is skipped when the VM has no virtio device of its type
+// (the modules before it in the list, virtio_mmio among them, have
+// registered the VM's devices by then).
 func loadModules() (int, error) {
 	b, err := os.ReadFile(ModulesList)
 	if errors.Is(err, os.ErrNotExist) {
@@ -123,7 +126,16 @@ func loadModules() (int, error) {
 		return 0, err
 	}
 	n := 0
+	var devices map[string]bool // virtio device IDs, read when first needed
 	for _, p := range parseModulesList(string(b)) {
+		if id, ok := DeviceModules[moduleName(p)]; ok {
+			if devices == nil {
+				devices = virtioDevices()
+			}
+			if !devices[id] {
+				continue
+			}
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			return n, err
@@ -138,20 +150,26 @@ func loadModules() (int, error) {
 	return n, nil
 }
 
+// virtioDevices returns the IDs of the VM's virtio devices
+// (/sys/bus/virtio/devices/*/device: "0x0001"…).
+func virtioDevices() map[string]bool {
+	out := map[string]bool{}
+	devs, _ := filepath.Glob("/sys/bus/virtio/devices/*/device")
+	for _, d := range devs {
+		if b, err := os.ReadFile(d); err == nil {
+			out[strings.TrimSpace(string(b))] = true
+		}
+	}
+	return out
+}
+
 // virtioConsoleID is the virtio device ID of a console.
 const virtioConsoleID = "0x0003"
 
 // openHVC opens /dev/hvc0 if the VM has a virtio console, waiting for
 // devtmpfs to create the node.
 func (g *guest) openHVC() error {
-	devs, _ := filepath.Glob("/sys/bus/virtio/devices/*/device")
-	found := false
-	for _, d := range devs {
-		if b, err := os.ReadFile(d); err == nil && strings.TrimSpace(string(b)) == virtioConsoleID {
-			found = true
-		}
-	}
-	if !found {
+	if !virtioDevices()[virtioConsoleID] {
 		return nil
 	}
 	deadline := time.Now().Add(hvcWait)

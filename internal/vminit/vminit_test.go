@@ -47,3 +47,15 @@ func TestRunRefusesOutsidePID1(t *testing.T) {
 		t.Fatal("Run outside PID 1 returned nil")
 	}
 }
+
+func TestModuleName(t *testing.T) {
+	for p, want := range map[string]string{
+		"/lib/modules/6.1.0-57-amd64/virtio_net.ko": "virtio_net",
+		"net_failover.ko":      "net_failover",
+		"/a/crc32c-generic.ko": "crc32c_generic",
+	} {
+		if got := moduleName(p); got != want {
+			t.Errorf("moduleName(%q) = %q, want %q", p, got, want)
+		}
+	}
+}

@@ -25,12 +25,33 @@ const (
 	cpioChar = 0o020000
 )
 
-// cpioGzip writes entries as a gzip-compressed newc ("070701") cpio
+// cpioGzip writes entries as a gzip-compressed newc cpio archive
+// (cpioArchive's bytes, with a zeroed gzip header).
+func cpioGzip(entries []cpioEntry) ([]byte, error) {
+	raw, err := cpioArchive(entries)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&out, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(raw); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// cpioArchive writes entries as an uncompressed newc ("070701") cpio
 // archive, the format the kernel unpacks as initramfs. The output depends
 // only on the entries: they are sorted by name (missing parent
-// directories added, 0755), inode numbers count up from 1, and owners,
-// times and the gzip header are zero. Every file is owned by root.
-func cpioGzip(entries []cpioEntry) ([]byte, error) {
+// directories added, 0755), inode numbers count up from 1, and owners
+// and times are zero. Every file is owned by root.
+func cpioArchive(entries []cpioEntry) ([]byte, error) {
 	all := map[string]cpioEntry{}
 	for _, e := range entries {
 		name := path.Clean(strings.TrimPrefix(e.Name, "/"))
@@ -72,19 +93,7 @@ func cpioGzip(entries []cpioEntry) ([]byte, error) {
 		pad4(&raw)
 	}
 	writeCpioHeader(&raw, 0, 0, 1, 0, 0, 0, "TRAILER!!!")
-
-	var out bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&out, gzip.BestCompression)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := zw.Write(raw.Bytes()); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
+	return raw.Bytes(), nil
 }
 
 func writeCpioHeader(w *bytes.Buffer, ino, mode, nlink, size, rmajor, rminor uint32, name string) {

@@ -16,9 +16,13 @@ type cpioFile struct {
 	Data                                              string
 }
 
-// readCpio parses a gzip newc archive, as the kernel's unpacker would.
+// readCpio parses a newc archive, gzip-compressed or not, as the
+// kernel's unpacker would.
 func readCpio(t *testing.T, gz []byte) (names []string, files map[string]cpioFile) {
 	t.Helper()
+	if !bytes.HasPrefix(gz, []byte{0x1f, 0x8b}) {
+		return parseCpio(t, gz)
+	}
 	zr, err := gzip.NewReader(bytes.NewReader(gz))
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +34,12 @@ func readCpio(t *testing.T, gz []byte) (names []string, files map[string]cpioFil
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseCpio(t, raw)
+}
+
+// parseCpio parses an uncompressed newc archive.
+func parseCpio(t *testing.T, raw []byte) (names []string, files map[string]cpioFile) {
+	t.Helper()
 	files = map[string]cpioFile{}
 	align := func(n int) int { return (n + 3) &^ 3 }
 	for off := 0; ; {
