@@ -88,7 +88,12 @@ func (g *guest) run() error {
 		return nil
 	}
 	if g.hvc == nil {
-		select {} // nothing to serve yet: wait for the host to stop the VM
+		// Nothing to serve: wait for the host to stop the VM. Not select{}:
+		// with no other goroutine, the Go runtime calls that a deadlock and
+		// exits, which panics the kernel.
+		for {
+			time.Sleep(time.Hour)
+		}
 	}
 	s := bufio.NewScanner(g.hvc)
 	for s.Scan() {
