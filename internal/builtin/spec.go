@@ -161,7 +161,7 @@ func ensureAt(ctx context.Context, dir string, spec Spec, log *slog.Logger) (lay
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return layer.Artifact{}, stamp{}, err
 	}
-	unlock, err := lockFile(ctx, dir+".lock")
+	unlock, err := sys.LockFile(ctx, dir+".lock")
 	if err != nil {
 		return layer.Artifact{}, stamp{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/sys"
 	"io"
 	"log/slog"
 	"os"
@@ -97,7 +98,7 @@ func Fetch(ctx context.Context, cacheDir string, log *slog.Logger) (Kernel, erro
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return Kernel{}, err
 	}
-	unlock, err := lockFile(ctx, filepath.Join(cacheDir, "kernel.lock"))
+	unlock, err := sys.LockFile(ctx, filepath.Join(cacheDir, "kernel.lock"))
 	if err != nil {
 		return Kernel{}, fmt.Errorf("locking the kernel cache: %w", err)
 	}
