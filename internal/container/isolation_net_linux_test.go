@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
@@ -136,22 +134,7 @@ func testNetwork(t *testing.T, e *isoEnv, isolated *Sandbox) {
 		// The metadata service, served by the node itself on an address
 		// of its own (a veth pair made for the purpose).
 		const meta = "169.254.169.254"
-		name := fmt.Sprintf("dsmd%04x", os.Getpid()&0xffff)
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
-		if err := netlink.LinkAdd(veth); err != nil {
-			t.Fatalf("adding %s: %v", name, err)
-		}
-		t.Cleanup(func() { _ = netlink.LinkDel(veth) })
-		link, err := netlink.LinkByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(meta), Mask: net.CIDRMask(32, 32)}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(link); err != nil {
-			t.Fatal(err)
-		}
+		hostVeth(t, fmt.Sprintf("dsmd%04x", os.Getpid()&0xffff), nil, meta, 32)
 		ln, err := net.Listen("tcp4", meta+":0")
 		if err != nil {
 			t.Fatal(err)
