@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"sync"
@@ -64,10 +63,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	var out agentproto.Output
-	if req.Stdout != nil || req.Stderr != nil {
-		out = agentproto.Output{Stdout: writerFunc(req.Stdout), Stderr: writerFunc(req.Stderr)}
-	}
+	out := agentproto.OutputTo(req.Stdout, req.Stderr)
 	phase := s.Phase()
 	res, err := c.Exec(ctx, ar, out)
 	res.Phase = phase
@@ -75,13 +71,6 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 		s.record(monitor.Event{Kind: monitor.KindOutputCapped, Path: ar.Argv[0]})
 	}
 	return res, err
-}
-
-func writerFunc(w io.Writer) func([]byte) {
-	if w == nil {
-		return nil
-	}
-	return func(p []byte) { _, _ = w.Write(p) }
 }
 
 func (s *Sandbox) agentExec(req *sandbox.ExecRequest) (agentproto.ExecRequest, error) {

@@ -31,6 +31,19 @@ const (
 var labelKey = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9])?$`)
 var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
 
+// validateEnv checks a sandbox's environment (a create's, a grading's).
+func validateEnv(env map[string]string) error {
+	if len(env) > maxEnv {
+		return errdefs.New(errdefs.Invalid, "too_many_env", "at most %d environment variables", maxEnv)
+	}
+	for k, v := range env {
+		if !envKey.MatchString(k) || len(v) > maxValueLen || strings.IndexByte(v, 0) >= 0 {
+			return errdefs.New(errdefs.Invalid, "invalid_env", "environment variable %q is not valid", k)
+		}
+	}
+	return nil
+}
+
 // newID returns a sandbox ID: "sb-" and a lower-case ULID, so IDs sort by
 // creation time and are valid store keys.
 func newID() string {
@@ -95,13 +108,8 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) error {
 			return errdefs.New(errdefs.Invalid, "invalid_label", "label %q: keys are 1–128 letters, digits, '.', '_', '/', '-'; values at most %d bytes", k, maxValueLen)
 		}
 	}
-	if len(req.Env) > maxEnv {
-		return errdefs.New(errdefs.Invalid, "too_many_env", "at most %d environment variables", maxEnv)
-	}
-	for k, v := range req.Env {
-		if !envKey.MatchString(k) || len(v) > maxValueLen || strings.IndexByte(v, 0) >= 0 {
-			return errdefs.New(errdefs.Invalid, "invalid_env", "environment variable %q is not valid", k)
-		}
+	if err := validateEnv(req.Env); err != nil {
+		return err
 	}
 	return nil
 }

@@ -99,15 +99,7 @@ func (m *Manager) gradeDefaults(req *api.GradeRequest, tier string) error {
 			return bad("protected pattern %q: absolute or starting with **", p)
 		}
 	}
-	if len(req.Env) > maxEnv {
-		return errdefs.New(errdefs.Invalid, "too_many_env", "at most %d environment variables", maxEnv)
-	}
-	for k, v := range req.Env {
-		if !envKey.MatchString(k) || len(v) > maxValueLen || strings.IndexByte(v, 0) >= 0 {
-			return errdefs.New(errdefs.Invalid, "invalid_env", "environment variable %q is not valid", k)
-		}
-	}
-	return nil
+	return validateEnv(req.Env)
 }
 
 // Grade runs a sealed grading of the running sandbox id of owner.

@@ -13,17 +13,11 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/audit"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
 func TestAdversarial(t *testing.T) {
-	rules, err := audit.LoadRules("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &collect{}
-	rt := newRuntime(t, t.TempDir(), Options{Audit: audit.NewRecorder(nil, rules, sink, nil)})
+	rt, sink := auditedRuntime(t)
 	ctx := context.Background()
 
 	t.Run("A47_memory_grow", func(t *testing.T) {

@@ -18,12 +18,7 @@ import (
 // files API may write; results name the phase; a change ends the calls
 // of the earlier phase.
 func TestPhases(t *testing.T) {
-	rules, err := audit.LoadRules("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &collect{}
-	rt := newRuntime(t, t.TempDir(), Options{Audit: audit.NewRecorder(nil, rules, sink, nil)})
+	rt, sink := auditedRuntime(t)
 	ctx := context.Background()
 	phases := []api.Phase{
 		{Name: "coding", Writable: []string{"/workspace/src"}},
@@ -96,6 +91,18 @@ func (c *collect) Append(_ context.Context, e api.AuditEvent) error {
 	return nil
 }
 
+// auditedRuntime is a runtime whose audit events, judged by the default
+// rules, go to the returned sink.
+func auditedRuntime(t *testing.T) (*Runtime, *collect) {
+	t.Helper()
+	rules, err := audit.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &collect{}
+	return newRuntime(t, t.TempDir(), Options{Audit: audit.NewRecorder(nil, rules, sink, nil)}), sink
+}
+
 // count counts sandbox id's events of rule.
 func (c *collect) count(id, rule string) int {
 	c.mu.Lock()
@@ -112,12 +119,7 @@ func (c *collect) count(id, rule string) int {
 // TestAudit: a module's writes to the workspace are audit events with
 // their verdict and rule; reads are not.
 func TestAudit(t *testing.T) {
-	rules, err := audit.LoadRules("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &collect{}
-	rt := newRuntime(t, t.TempDir(), Options{Audit: audit.NewRecorder(nil, rules, sink, nil)})
+	rt, sink := auditedRuntime(t)
 	sb := create(t, rt, func(s *sandbox.Spec) {
 		s.Phases = []api.Phase{{Name: "coding", Writable: []string{"/workspace/src", "/workspace/tests"}}}
 	})
@@ -159,12 +161,7 @@ func TestAudit(t *testing.T) {
 // other is refused (executable_not_allowed) and audited; the same call
 // runs in a phase without them. Capabilities are refused.
 func TestPhaseExecutables(t *testing.T) {
-	rules, err := audit.LoadRules("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &collect{}
-	rt := newRuntime(t, t.TempDir(), Options{Audit: audit.NewRecorder(nil, rules, sink, nil)})
+	rt, sink := auditedRuntime(t)
 	phases := []api.Phase{
 		{Name: "open"},
 		{Name: "locked", Executables: []string{"/bin/cat.wasm"}},
@@ -181,7 +178,7 @@ func TestPhaseExecutables(t *testing.T) {
 	if res := run(t, sb, "", "cat", "/workspace/a"); res.ExitCode != 0 {
 		t.Errorf("an allowed tool: %+v", res)
 	}
-	_, err = sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"write", "/workspace/b"}}})
+	_, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"write", "/workspace/b"}}})
 	if errdefs.CodeOf(err) != "executable_not_allowed" {
 		t.Errorf("a tool the phase does not name: %v", err)
 	}

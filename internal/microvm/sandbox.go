@@ -2,7 +2,6 @@ package microvm
 
 import (
 	"context"
-	"io"
 	"os"
 	"sync"
 	"time"
@@ -62,18 +61,8 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	var out agentproto.Output
-	if req.Stdout != nil || req.Stderr != nil {
-		out = agentproto.Output{Stdout: writerFunc(req.Stdout), Stderr: writerFunc(req.Stderr)}
-	}
+	out := agentproto.OutputTo(req.Stdout, req.Stderr)
 	return c.Exec(ctx, agentproto.ExecRequestFrom(argv, req), out)
-}
-
-func writerFunc(w io.Writer) func([]byte) {
-	if w == nil {
-		return nil
-	}
-	return func(p []byte) { _, _ = w.Write(p) }
 }
 
 // Stats implements sandbox.Sandbox with what the agent measures in the
