@@ -71,12 +71,15 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 	if err := reg.Register(fn); err != nil {
 		return nil, nil, err
 	}
+	// The microvm tier's networks come from the container tier's network
+	// manager, when both run: one range, one nftables table, one deny-set.
+	var vmNets *network.Shared
 	if !d.cfg.Container.Disabled {
 		var watcher *audit.Recorder
 		if mon != nil {
 			watcher = rec
 		}
-		ct, closeDeps, err := d.containerRuntime(ctx, layers, watcher, mon)
+		ct, nets, closeDeps, err := d.containerRuntime(ctx, layers, watcher, mon, !d.cfg.MicroVM.Disabled)
 		if err != nil {
 			return nil, nil, fmt.Errorf("container tier (set [container] disabled = true to run without it): %w", err)
 		}
@@ -87,10 +90,11 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		}
 		closeRuntimes := closeAll
 		closeAll = func() { closeRuntimes(); closeDeps() }
+		vmNets = nets
 	}
 	var mv *microvm.Runtime
 	if !d.cfg.MicroVM.Disabled {
-		if mv, err = d.microvmRuntime(ctx, layers); err != nil {
+		if mv, err = d.microvmRuntime(ctx, layers, vmNets); err != nil {
 			return nil, nil, fmt.Errorf("microvm tier (set [microvm] disabled = true to run without it): %w", err)
 		}
 		if err := reg.Register(mv); err != nil {
@@ -109,8 +113,10 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 
 // microvmRuntime makes the microvm tier. It is registered even without
 // QEMU: its Fingerprint then reports it unavailable (and why), and the
-// scheduler places nothing on it.
-func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache) (*microvm.Runtime, error) {
+// scheduler places nothing on it. nets is its view of the container
+// tier's network manager; nil (the container tier disabled) means its
+// VMs have no network, and specs that need one are refused.
+func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, nets *network.Shared) (*microvm.Runtime, error) {
 	c := d.cfg.MicroVM
 	opt := microvm.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", microvm.Tier),
@@ -123,6 +129,9 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache) (
 		Accel:       c.Accelerator,
 		BootTimeout: time.Duration(c.BootTimeoutS) * time.Second,
 		QEMU:        c.QEMU,
+	}
+	if nets != nil {
+		opt.Network = nets
 	}
 	if opt.CacheDir == "" {
 		opt.CacheDir = filepath.Join(d.cfg.DataDir, "cache", "vmkernel")
@@ -181,24 +190,27 @@ func (d *daemon) prepareMicroVM(mv *microvm.Runtime) func() {
 }
 
 // containerRuntime makes the container tier and the network and cgroup
-// managers it needs; the function returned closes those managers.
-func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache, rec *audit.Recorder, mon *monitor.Monitor) (*container.Runtime, func(), error) {
+// managers it needs; the function returned closes those managers. With
+// shareNets it also returns the microvm tier's view of the network
+// manager (network.Shared: each tier's Recover keeps the other's
+// networks).
+func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache, rec *audit.Recorder, mon *monitor.Monitor, shareNets bool) (*container.Runtime, *network.Shared, func(), error) {
 	c := d.cfg.Container
 	var cu cleanup.Stack
 	defer cu.Clean()
 	cg, err := cgroups.New(ctx, cgroups.Options{Parent: c.CgroupParent, Logger: d.log.With("part", "cgroups")})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	nopt := network.Options{Name: c.Name, PoolSize: c.NetworkPool, Reuse: c.NetworkReuse, HostIfaces: c.Uplinks, Logger: d.log.With("part", "network")}
 	if c.NetworkRange != "" {
 		if nopt.Range, err = netip.ParsePrefix(c.NetworkRange); err != nil {
-			return nil, nil, fmt.Errorf("[container] network_range: %w", err)
+			return nil, nil, nil, fmt.Errorf("[container] network_range: %w", err)
 		}
 	}
 	nets, err := network.New(ctx, nopt)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closeGuard := d.attachGuard(cg.Parent2(), nets.Resolvers())
 	cu.Add(closeGuard)
@@ -216,10 +228,17 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache,
 		closeGuard()
 	}
 	cu.Add(closeNets)
+	var ctNets, vmNets *network.Shared
+	if shareNets {
+		views := nets.Share(2)
+		ctNets, vmNets = views[0], views[1]
+	} else {
+		ctNets = nets.Share(1)[0]
+	}
 	copt := container.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "container"),
 		DataDir:  d.cfg.DataDir, Reach: []string{filepath.Join(d.cfg.DataDir, "layers")},
-		Layers: layers, Network: nets, Cgroups: cg,
+		Layers: layers, Network: ctNets, Cgroups: cg,
 		Seccomp: func(caps []string) ([]byte, error) { return seccomp.Program(seccomp.Options{Caps: caps}) },
 		Logger:  d.log.With("tier", container.Tier),
 		HostUID: d.idBase(), HostGID: d.idBase(), IDCount: idCount,
@@ -234,10 +253,10 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache,
 	}
 	ct, err := container.New(ctx, copt)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cu.Release()
-	return ct, closeNets, nil
+	return ct, vmNets, closeNets, nil
 }
 
 // startAudit starts the recorder of audit events (nil if [audit] is

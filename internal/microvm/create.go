@@ -18,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/vmconfig"
 	"github.com/dsec-dev/dsec/internal/vmm"
@@ -33,7 +34,8 @@ const defaultUpperMiB = 256
 
 // Create implements sandbox.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	if err := r.check(spec); err != nil {
+	policy, linked, err := r.check(spec)
+	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
@@ -59,12 +61,37 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	}
 	cu.Add(func() { os.RemoveAll(dir) })
 
+	// A VM that may reach nothing, in any phase, gets no NIC: no
+	// namespace, tap, veth or firewall element, and its guest loads no
+	// network driver (the default, and the fastest boot).
+	var ep *network.Endpoint
+	var tap *os.File
+	var mtu int
+	if linked {
+		if ep, err = r.opt.Network.Acquire(ctx, spec.ID, policy); err != nil {
+			return nil, err
+		}
+		cu.Add(func() {
+			if err := r.releaseNetwork(context.Background(), spec.ID, ep.NetnsPath); err != nil {
+				r.log.Warn("releasing the network of a failed create", "id", spec.ID, "err", err)
+			}
+		})
+		if tap, mtu, err = plugTap(ep.NetnsPath); err != nil {
+			return nil, errdefs.Wrap(errdefs.Internal, "network_setup_failed", err, "plugging the VM of %s into its network", spec.ID)
+		}
+		defer tap.Close() // QEMU has its own once started
+	}
+
 	cfg := vmconfig.Config{
 		UpperMiB: spec.DiskMB,
 		Hostname: hostname(spec.ID),
 		Env:      baseEnv(spec),
-		Hosts:    fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", hostname(spec.ID)),
-		Resolv:   "# no resolver: this sandbox has no network egress\n",
+		Hosts:    hostsFile(spec.ID, ep),
+		Resolv:   resolvConf(ep),
+	}
+	if ep != nil {
+		cfg.Net = &vmconfig.Net{Addr: ep.Addr.String(), MAC: ep.MAC.String(), Gateway: ep.Gateway.String(),
+			GatewayMAC: ep.GatewayMAC.String(), MTU: mtu}
 	}
 	if cfg.UpperMiB <= 0 {
 		cfg.UpperMiB = defaultUpperMiB
@@ -100,12 +127,18 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		Binary:        r.opt.QEMU,
 		ShutdownGrace: shutdownGrace,
 	}
+	st := state{Spec: spec, VM: vmcfg}
+	if ep != nil {
+		vmcfg.TapFD, vmcfg.TapFile, vmcfg.MAC = true, tap, ep.MAC.String()
+		st.Netns = ep.NetnsPath
+	}
 	vm, err := vmm.Start(ctx, vmcfg)
 	if err != nil {
 		return nil, err
 	}
 	cu.Add(func() { vm.Kill(context.Background()) })
-	if err := writeState(dir, state{Spec: spec, Pid: vm.Pid, VM: vmcfg}); err != nil {
+	st.Pid, st.VM = vm.Pid, vmcfg
+	if err := writeState(dir, st); err != nil {
 		return nil, err
 	}
 
@@ -122,7 +155,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	cu.Add(func() { client.Close() })
 	r.log.Debug("microvm ready", "id", spec.ID, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
-	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, client: client, release: release, timing: tm}
+	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, timing: tm}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -136,29 +169,35 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	return sb, nil
 }
 
-// check refuses what this slice of the tier cannot do.
-func (r *Runtime) check(spec sandbox.Spec) error {
+// check refuses what this slice of the tier cannot do, and returns the
+// network policy the VM starts with and whether it needs a NIC.
+func (r *Runtime) check(spec sandbox.Spec) (network.Policy, bool, error) {
 	if len(spec.Image.Layers) == 0 {
-		return errdefs.New(errdefs.Invalid, "image_without_layers", "the microvm tier runs images built from layers; %s has none", spec.Image.Name)
+		return network.Policy{}, false, errdefs.New(errdefs.Invalid, "image_without_layers", "the microvm tier runs images built from layers; %s has none", spec.Image.Name)
 	}
 	if len(spec.Image.Layers) > maxLayers {
-		return errdefs.New(errdefs.Invalid, "too_many_layers", "%d layers: the microvm tier takes at most %d", len(spec.Image.Layers), maxLayers)
+		return network.Policy{}, false, errdefs.New(errdefs.Invalid, "too_many_layers", "%d layers: the microvm tier takes at most %d", len(spec.Image.Layers), maxLayers)
 	}
-	if spec.Network != nil && spec.Network.Egress != "" && spec.Network.Egress != "none" || spec.Network != nil && len(spec.Network.Allow) > 0 {
-		return sandbox.Unsupported(Tier, "network egress")
+	policy, linked, err := networkOf(spec)
+	if err != nil {
+		return policy, false, err
 	}
 	if len(spec.Phases) > 0 {
-		return sandbox.Unsupported(Tier, "phases")
+		// Until SetPhase lands; networkOf already reads them.
+		return policy, false, sandbox.Unsupported(Tier, "phases")
+	}
+	if linked && r.opt.Network == nil {
+		return policy, false, sandbox.Unsupported(Tier, "network egress (no network manager on this node)")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return errdefs.New(errdefs.Unavailable, "runtime_closed", "the microvm runtime is closed")
+		return policy, false, errdefs.New(errdefs.Unavailable, "runtime_closed", "the microvm runtime is closed")
 	}
 	if _, ok := r.sandboxes[spec.ID]; ok {
-		return errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s exists", spec.ID)
+		return policy, false, errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s exists", spec.ID)
 	}
-	return nil
+	return policy, linked, nil
 }
 
 // maxLayers keeps the disks within vmm's 24 (two per layer and the

@@ -100,6 +100,11 @@ type Options struct {
 	BootTimeout time.Duration
 	// QEMU is the QEMU binary; empty means qemu-system-x86_64 from PATH.
 	QEMU string
+	// Network gives VMs their networks: the node's network manager, the
+	// container tier's (a *network.Manager or its *network.Shared view).
+	// Nil means no network: a spec whose policy lets anything in or out
+	// is refused.
+	Network networks
 }
 
 // Runtime is the microvm tier on one node. It is safe for concurrent use.

@@ -2,6 +2,7 @@ package microvm
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync"
 	"time"
@@ -24,6 +25,9 @@ type Sandbox struct {
 	spec sandbox.Spec
 	dir  string
 	vm   *vmm.VM
+	// netns is its network namespace's path (network.Endpoint.NetnsPath),
+	// empty if it has no NIC.
+	netns string
 	// timing is its Create's (zero if recovered).
 	timing Timing
 
@@ -85,7 +89,8 @@ func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 
 // Destroy implements sandbox.Sandbox: it closes the agent's connection,
 // stops QEMU (power button, quit, then SIGKILL: vmm.VM.Shutdown), and
-// removes the run directory and the layers' references.
+// removes the network (tc redirects, namespace, nftables elements), the
+// run directory and the layers' references.
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.mu.Lock()
 	if s.destroyed {
@@ -101,7 +106,8 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	}
 	err := s.vm.Shutdown(ctx)
 	if err == nil {
-		err = os.RemoveAll(s.dir)
+		// QEMU is gone, and its tap with it: the network goes.
+		err = errors.Join(s.rt.releaseNetwork(ctx, s.id, s.netns), os.RemoveAll(s.dir))
 	}
 	if release != nil {
 		release()

@@ -30,6 +30,8 @@ type state struct {
 	Spec sandbox.Spec `json:"spec"`
 	Pid  int          `json:"pid"`
 	VM   vmm.Config   `json:"vm"`
+	// Netns is the network namespace of the VM's tap, if it has one.
+	Netns string `json:"netns,omitempty"`
 }
 
 // writeState writes dir's state file, whole (through a rename).
@@ -88,6 +90,19 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 		}
 		out = append(out, sb)
 	}
+	if r.opt.Network != nil {
+		// What no adopted VM owns goes: namespaces, veths, nftables
+		// elements (for every runtime sharing the manager: see
+		// network.Shared). A failed sweep leaves strays, logged, and
+		// does not fail the recovery.
+		live := make([]string, len(out))
+		for i, sb := range out {
+			live[i] = sb.ID()
+		}
+		if err := r.opt.Network.Recover(ctx, live); err != nil {
+			r.log.Error("sweeping networks no sandbox owns", "err", err)
+		}
+	}
 	return out, errors.Join(errs...)
 }
 
@@ -96,6 +111,15 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	st, err := readState(dir)
 	if err != nil {
 		return nil, err
+	}
+	if st.Netns != "" {
+		// The network manager adopted the networks it had recorded.
+		if r.opt.Network == nil {
+			return nil, errors.New("it has a network and this node no network manager")
+		}
+		if _, ok := r.opt.Network.Endpoint(st.Spec.ID); !ok {
+			return nil, errors.New("its network is gone")
+		}
 	}
 	dirs, release, err := r.opt.Layers.LayerDirs(ctx, st.Spec.Image.Layers)
 	if err != nil {
@@ -113,7 +137,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		release()
 		return nil, errdefs.Wrap(errdefs.Unavailable, "agent_unreachable", err, "reconnecting to the agent of %s", st.Spec.ID)
 	}
-	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, client: client, release: release}
+	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release}
 	r.mu.Lock()
 	r.sandboxes[sb.id] = sb
 	r.mu.Unlock()
@@ -121,8 +145,8 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 }
 
 // sweep stops the QEMU of run directory dir, if it runs (found by the
-// state file's pid and checked by vmm.Adopt to be that directory's), and
-// removes dir.
+// state file's pid and checked by vmm.Adopt to be that directory's),
+// releases its network and removes dir.
 func (r *Runtime) sweep(ctx context.Context, dir string) error {
 	if st, err := readState(dir); err == nil {
 		if vm, err := vmm.Adopt(ctx, st.VM, st.Pid); err == nil {
@@ -131,6 +155,9 @@ func (r *Runtime) sweep(ctx context.Context, dir string) error {
 			}
 		} else if !errors.Is(err, errdefs.NotFound) {
 			r.log.Warn("leftover VM not adopted", "dir", dir, "pid", st.Pid, "err", err)
+		}
+		if err := r.releaseNetwork(ctx, st.Spec.ID, st.Netns); err != nil {
+			r.log.Warn("releasing the network of a VM not recovered", "dir", dir, "err", err)
 		}
 	}
 	return os.RemoveAll(dir)

@@ -307,6 +307,12 @@ func (m *Manager) reusable(ep *endpoint) *os.File {
 		if n, err = socketsHere(); err != nil || n > 0 {
 			return err
 		}
+		// A runtime may have added links or tc filters (a microVM's tap
+		// and its redirects); a slot with any of them left is not clean.
+		if dirty, err := linksChanged(); err != nil || dirty {
+			n = 1
+			return err
+		}
 		// Cached routes carry what the namespace learnt of destinations
 		// (path MTUs): they go.
 		return os.WriteFile("/proc/sys/net/ipv4/route/flush", []byte("1"), 0)
@@ -316,6 +322,39 @@ func (m *Manager) reusable(ep *endpoint) *os.File {
 		return nil
 	}
 	return ns
+}
+
+// linksChanged reports whether the calling thread's network namespace
+// holds more than its loopback and eth0, or eth0 has an ingress or clsact
+// qdisc: what a microVM's tap adds (see microvm's net_linux.go).
+func linksChanged() (bool, error) {
+	h, err := netlink.NewHandle(sys.NetlinkRoute)
+	if err != nil {
+		return false, err
+	}
+	defer h.Close()
+	links, err := dump(h.LinkList)
+	if err != nil {
+		return false, err
+	}
+	if len(links) != 2 {
+		return true, nil
+	}
+	for _, l := range links {
+		if l.Attrs().Name != "eth0" {
+			continue
+		}
+		qs, err := h.QdiscList(l)
+		if err != nil {
+			return false, err
+		}
+		for _, q := range qs {
+			if p := q.Attrs().Parent; p == netlink.HANDLE_INGRESS || p == netlink.HANDLE_CLSACT {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // socketsHere counts the IP sockets left in the calling thread's network
@@ -510,7 +549,8 @@ func (ep *endpoint) recordLocked() record {
 func (ep *endpoint) view(gw netip.Addr) *Endpoint {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	e := &Endpoint{ID: ep.id, NetnsPath: ep.path, Addr: ep.addr, Gateway: gw, HostIf: ep.hostIf}
+	e := &Endpoint{ID: ep.id, NetnsPath: ep.path, Addr: ep.addr, Gateway: gw, HostIf: ep.hostIf,
+		MAC: sandboxMAC(ep.addr), GatewayMAC: slices.Clone(hostMAC)}
 	if ep.pol != nil {
 		e.DNS = append([]netip.Addr(nil), ep.pol.dns...)
 		if len(ep.pol.hosts) > 0 {

@@ -61,6 +61,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 
@@ -157,6 +158,10 @@ type Endpoint struct {
 	Gateway netip.Addr
 	// HostIf is the node-side veth.
 	HostIf string
+	// MAC is the sandbox's MAC address, the one the node's permanent
+	// neighbour entry for Addr names (eth0's, or a microVM's NIC's), and
+	// GatewayMAC the gateway's, for the sandbox's own neighbour entry.
+	MAC, GatewayMAC net.HardwareAddr
 	// DNS are the nameservers to write to the sandbox's /etc/resolv.conf:
 	// those of Options.DNS the policy lets it reach. Empty means write
 	// none.

@@ -39,6 +39,26 @@ type Config struct {
 	// /etc/resolv.conf.
 	Hosts  string `json:"hosts,omitempty"`
 	Resolv string `json:"resolv,omitempty"`
+	// Net, if set, configures the guest's virtio-net interface; without
+	// it the guest has only its loopback interface.
+	Net *Net `json:"net,omitempty"`
+}
+
+// Net is the guest's network, routed as a container sandbox's (see
+// internal/network): its address as a /32, a default route through a
+// link-local gateway, and a permanent neighbour entry for the gateway,
+// so that the guest never needs ARP. IPv6 is disabled.
+type Net struct {
+	// Addr is the guest's IPv4 address.
+	Addr string `json:"addr"`
+	// MAC is the address QEMU gives the NIC: the guest configures the
+	// interface that has it.
+	MAC string `json:"mac"`
+	// Gateway and GatewayMAC are the default gateway's addresses.
+	Gateway    string `json:"gateway"`
+	GatewayMAC string `json:"gateway_mac"`
+	// MTU of the interface (the kernel's default if zero).
+	MTU int `json:"mtu,omitempty"`
 }
 
 // Layer names a layer's two disks by their virtio-blk serials: its EROFS

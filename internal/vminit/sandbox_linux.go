@@ -80,6 +80,9 @@ func readConfig(dev string) (*vmconfig.Config, error) {
 // boundary, the VM is the isolation.
 func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort string) error {
 	start := time.Now()
+	if err := setupNet(cfg.Net); err != nil {
+		return err
+	}
 	var lowers []string // top first, as overlay wants them
 	for i, l := range cfg.Layers {
 		meta, blob := disks[l.Meta], disks[l.Blob]

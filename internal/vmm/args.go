@@ -68,8 +68,12 @@ func (c *Config) Args() []string {
 		}
 		add("-device", "virtio-serial"+bus, "-chardev", sock("agent", AgentSocket), "-device", port)
 	}
-	if c.Tap != "" {
-		add("-netdev", "tap,id=net0,ifname="+c.Tap+",script=no,downscript=no")
+	if c.Tap != "" || c.TapFD {
+		if c.TapFD {
+			add("-netdev", "tap,id=net0,fd="+strconv.Itoa(tapFD))
+		} else {
+			add("-netdev", "tap,id=net0,ifname="+c.Tap+",script=no,downscript=no")
+		}
 		nic := "virtio-net" + bus + ",netdev=net0"
 		if c.MAC != "" {
 			nic += ",mac=" + c.MAC
@@ -78,6 +82,10 @@ func (c *Config) Args() []string {
 	}
 	return a
 }
+
+// tapFD is the fd number of Config.TapFile in QEMU: the first of
+// exec.Cmd.ExtraFiles.
+const tapFD = 3
 
 // serialOpt is the virtio-blk device option giving d its serial, if any.
 func serialOpt(d Disk) string {

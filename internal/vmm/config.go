@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -83,6 +84,15 @@ type Config struct {
 	// Tap, if set, is the name of an existing tap device given to the
 	// guest as its virtio-net interface (QEMU opens it; no scripts run).
 	Tap string
+	// TapFD gives the guest a virtio-net interface on the tap device
+	// TapFile, an open /dev/net/tun file the caller attached to a tap
+	// (TUNSETIFF), wherever it wants it (another network namespace): Start
+	// passes it to QEMU as fd 3 (-netdev tap,fd=3), so QEMU needs no
+	// privilege over the tap and does not join its namespace. The caller
+	// may close its TapFile once Start returns. TapFile is not recorded
+	// (Adopt does not need it); TapFD is. Exclusive with Tap.
+	TapFD   bool
+	TapFile *os.File `json:"-"`
 	// MAC of the virtio-net interface; QEMU picks one if empty.
 	MAC string
 
@@ -189,7 +199,10 @@ func (c *Config) Validate() error {
 	if c.Tap != "" && !tapRE.MatchString(c.Tap) {
 		return invalid("tap name %q is not an interface name", c.Tap)
 	}
-	if c.MAC != "" && (c.Tap == "" || !macRE.MatchString(c.MAC)) {
+	if c.Tap != "" && c.TapFD {
+		return invalid("a tap by name and a tap file are exclusive")
+	}
+	if c.MAC != "" && (c.Tap == "" && !c.TapFD || !macRE.MatchString(c.MAC)) {
 		return invalid("MAC %q: want lower-case aa:bb:cc:dd:ee:ff and a tap", c.MAC)
 	}
 	if c.RunDir == "" || !filepath.IsAbs(c.RunDir) {

@@ -108,6 +108,12 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	cmd.Env = []string{} // nothing of the node agent's environment
 	cmd.Stderr = errs
 	cmd.SysProcAttr = sysProcAttr()
+	if cfg.TapFD {
+		if cfg.TapFile == nil {
+			return nil, invalid("TapFD without a TapFile")
+		}
+		cmd.ExtraFiles = []*os.File{cfg.TapFile}
+	}
 	var times StartTimes
 	if err := cmd.Start(); err != nil {
 		removeSockets(cfg.RunDir)

@@ -1,0 +1,121 @@
+package microvm
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/network"
+	"github.com/dsec-dev/dsec/internal/sandbox"
+)
+
+// networks gives VMs their networks: the container tier's network
+// manager (*network.Manager, or the *network.Shared view of it the daemon
+// gives each tier), so that VMs and containers share one address range,
+// one nftables table and one deny-set.
+type networks interface {
+	Acquire(ctx context.Context, id string, p network.Policy) (*network.Endpoint, error)
+	SetPolicy(ctx context.Context, id string, p network.Policy) error
+	Endpoint(id string) (*network.Endpoint, bool)
+	Release(ctx context.Context, id string) error
+	// Recover removes the networks of sandboxes not in live.
+	Recover(ctx context.Context, live []string) error
+}
+
+// networkOf returns the policy spec starts with (its first phase's, with
+// phases) and whether the VM needs a NIC: a policy that is not isolated
+// now or in a later phase (a NIC cannot be added to a running VM here).
+func networkOf(spec sandbox.Spec) (network.Policy, bool, error) {
+	if len(spec.Phases) == 0 {
+		p, err := network.FromAPI(spec.Network)
+		return p, err == nil && !p.Isolated(), err
+	}
+	first, err := network.FromAPI(spec.Phases[0].Network)
+	if err != nil {
+		return first, false, err
+	}
+	for _, ph := range spec.Phases {
+		p, err := network.FromAPI(ph.Network)
+		if err != nil {
+			return first, false, err
+		}
+		if !p.Isolated() {
+			return first, true, nil
+		}
+	}
+	return first, false, nil
+}
+
+// setNetworkPolicy applies p to sb's network, host-side (the nftables
+// elements of the node's network manager): the guest's next packet is
+// judged by it, also on connections opened before. A VM created without
+// a NIC (every phase isolated) accepts only isolated policies.
+func (r *Runtime) setNetworkPolicy(ctx context.Context, sb *Sandbox, p *api.NetworkPolicy) error {
+	policy, err := network.FromAPI(p)
+	if err != nil {
+		return err
+	}
+	if sb.netns == "" {
+		if policy.Isolated() {
+			return nil
+		}
+		return errdefs.New(errdefs.Internal, "phase_network_unavailable", "sandbox %s was made without a network", sb.id)
+	}
+	return r.opt.Network.SetPolicy(ctx, sb.id, policy)
+}
+
+// hostsFile is the guest's /etc/hosts: its own name on its address (or
+// 127.0.1.1 without a network) and the names of its policy's allow
+// rules, as the node resolved them (what the firewall allows is what the
+// guest connects to).
+func hostsFile(id string, ep *network.Endpoint) string {
+	var b strings.Builder
+	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	if ep != nil && ep.Addr.IsValid() {
+		fmt.Fprintf(&b, "%s\t%s\n", ep.Addr, hostname(id))
+	} else {
+		fmt.Fprintf(&b, "127.0.1.1\t%s\n", hostname(id))
+	}
+	if ep != nil {
+		for _, name := range slices.Sorted(maps.Keys(ep.Hosts)) {
+			for _, a := range ep.Hosts[name] {
+				fmt.Fprintf(&b, "%s\t%s\n", a, name)
+			}
+		}
+	}
+	return b.String()
+}
+
+// resolvConf names the resolvers the node allows; with none, the file
+// says so.
+func resolvConf(ep *network.Endpoint) string {
+	if ep == nil || len(ep.DNS) == 0 {
+		return "# no resolver: this sandbox has no network egress\n"
+	}
+	var b strings.Builder
+	for _, a := range ep.DNS {
+		fmt.Fprintf(&b, "nameserver %s\n", a)
+	}
+	b.WriteString("options timeout:2 attempts:2\n")
+	return b.String()
+}
+
+// releaseNetwork removes sandbox id's network, if it has one (netns is
+// its namespace): the tc redirects plugTap added, then the namespace,
+// veth and nftables elements (Manager.Release). QEMU must be gone: its
+// tap goes with it. A failure to remove the redirects is logged, not
+// returned: the manager's release still removes the namespace (it does
+// not pool a namespace with links or qdiscs left).
+func (r *Runtime) releaseNetwork(ctx context.Context, id, netns string) error {
+	if netns == "" || r.opt.Network == nil {
+		return nil
+	}
+	if err := unplugTap(netns); err != nil {
+		r.log.Warn("removing a VM's tap redirects", "id", id, "err", err)
+	}
+	return r.opt.Network.Release(ctx, id)
+}
