@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 
@@ -25,7 +26,7 @@ func setupNet(c *vmconfig.Net) error {
 			return fmt.Errorf("disabling IPv6: %w", err)
 		}
 	}
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(syscall.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("opening rtnetlink: %w", err)
 	}
