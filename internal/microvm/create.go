@@ -67,7 +67,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	var ep *network.Endpoint
 	var tap *os.File
 	var mtu int
+	var netTime time.Duration
 	if linked {
+		s := time.Now()
 		if ep, err = r.opt.Network.Acquire(ctx, spec.ID, policy); err != nil {
 			return nil, err
 		}
@@ -80,6 +82,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			return nil, errdefs.Wrap(errdefs.Internal, "network_setup_failed", err, "plugging the VM of %s into its network", spec.ID)
 		}
 		defer tap.Close() // QEMU has its own once started
+		netTime = time.Since(s)
 	}
 
 	cfg := vmconfig.Config{
@@ -143,7 +146,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	}
 
 	var client *agentproto.Client
-	tm := Timing{Spawn: vm.Started.Spawn.Sub(t0), QMP: vm.Started.QMP.Sub(t0), Cont: vm.Started.Cont.Sub(t0)}
+	tm := Timing{Network: netTime, Spawn: vm.Started.Spawn.Sub(t0), QMP: vm.Started.QMP.Sub(t0), Cont: vm.Started.Cont.Sub(t0)}
 	err = vm.WaitReady(ctx, func(ctx context.Context) error {
 		c, err := dialAgent(ctx, vm.AgentSocket(), r, &tm, t0)
 		client = c
@@ -153,7 +156,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 	cu.Add(func() { client.Close() })
-	r.log.Debug("microvm ready", "id", spec.ID, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
+	r.log.Debug("microvm ready", "id", spec.ID, "network", tm.Network, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
 	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, timing: tm}
 	r.mu.Lock()
@@ -256,6 +259,7 @@ func dialAgent(ctx context.Context, sock string, r *Runtime, tm *Timing, t0 time
 // Timing is when a Create passed its steps, from its start (after the
 // spec's checks): for measurements and debug logs.
 type Timing struct {
+	Network   time.Duration // how long acquiring the network and plugging the tap took (not an offset)
 	Spawn     time.Duration // QEMU's process started
 	QMP       time.Duration // its QMP answered
 	Cont      time.Duration // the guest was let run

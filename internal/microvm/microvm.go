@@ -16,23 +16,37 @@
 // the agent port, and vCPUs and memory from the spec. The boot watchdog
 // (vmm.VM.WaitReady) waits for the agent's hello on agent.sock; the
 // connection that answered it is the sandbox's. Any failure tears down
-// what was built, through a cleanup stack: QEMU, its run directory, the
-// layer references.
+// what was built, through a cleanup stack: QEMU, the network, its run
+// directory, the layer references.
 //
-// # Limits of this first slice
+// # Network
+//
+// A VM whose policy (or a later phase's) lets anything in or out gets a
+// network from Options.Network, the container tier's network.Manager:
+// the same namespace, address, host-side veth and nftables elements as a
+// container, so the deny-set, policies, anti-spoofing and SetPolicy hold
+// for VMs unchanged. In that namespace the node creates a tap and passes
+// its file to QEMU as fd 3 (QEMU needs no privilege and never joins the
+// namespace); tc ingress redirects join the tap and eth0 into a layer-2
+// pipe (net_linux.go). The guest's NIC has the sandbox's MAC, the one the
+// host's neighbour entry names; vminit configures it from vmconfig.Net.
+// A VM that may reach nothing gets no NIC. setNetworkPolicy changes the
+// policy host-side. docs/architecture.md, "Microvm network", says why.
+//
+// # Limits of this slice
 //
 // The upper layer is a tmpfs in the guest sized by Spec.DiskMB: what a
-// sandbox writes counts against its memory. There is no network (a policy
-// with egress is refused), no phases, no background processes or PTYs
-// (Capabilities.Processes is false), and Stats reports what the agent
-// measures inside the guest.
+// sandbox writes counts against its memory. There are no phases, no
+// background processes or PTYs (Capabilities.Processes is false), and
+// Stats reports what the agent measures inside the guest.
 //
 // # Recover
 //
-// Each run directory holds state.json (the spec, QEMU's pid and its
-// vmm.Config). Close leaves VMs running; Recover re-adopts them through
-// vmm.Adopt and reconnects to their agents (the guest reopens its port
-// when the old connection ends).
+// Each run directory holds state.json (the spec, QEMU's pid, its
+// vmm.Config and its network namespace). Close leaves VMs running;
+// Recover re-adopts them through vmm.Adopt, checks the network manager
+// adopted their networks, and reconnects to their agents (the guest
+// reopens its port when the old connection ends).
 package microvm
 
 import (
