@@ -340,10 +340,12 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // TestNetwork boots one microVM with a network and checks, in order, on
-// the same VM: its allowlist, the deny-set (each destination with a
-// control that it answers), policy changes on the next connection,
-// anti-spoofing, recovery by a new runtime and network manager, and that
-// Destroy leaves nothing.
+// the same VM: its guest-side config, its allowlist, the deny-set (each
+// destination with a control that it answers) under allowlist and under
+// open with every denied destination listed, the node's 127.0.0.1
+// through the gateway, egress none and policy changes on the next
+// connection, anti-spoofing, recovery by a new runtime and network
+// manager (shared with another tier), and that Destroy leaves nothing.
 func TestNetwork(t *testing.T) {
 	e := newNetEnv(t, false)
 	rt, dir := newNetRuntime(t, e)
@@ -444,6 +446,43 @@ func TestNetwork(t *testing.T) {
 		}
 	})
 
+	t.Run("LoopbackViaGateway", func(t *testing.T) {
+		// Still open. The guest's root routes 127.0.0.1 out through the
+		// gateway, at the node's loopback server: the frames reach the
+		// node (the control: its veth counts them) and get nowhere.
+		host, err := netlink.LinkByName(ep.HostIf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := guestRun(t, sb, `set -e
+for k in all eth0; do echo 1 > /proc/sys/net/ipv4/conf/$k/route_localnet; done
+ip route del local 127.0.0.0/8 dev lo table local
+ip route del local 127.0.0.1 dev lo table local
+ip route add 127.0.0.1/32 via "$1" dev eth0 onlink
+ip route get 127.0.0.1`, gatewayIP.String())
+		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "dev eth0") {
+			t.Fatalf("routing 127.0.0.1 through the gateway: %+v", res)
+		}
+		if got := hostGet(netip.MustParseAddr("127.0.0.1")); got != "node" {
+			t.Fatalf("control: the node's server on 127.0.0.1: %q", got)
+		}
+		before := host.Attrs().Statistics.RxPackets
+		if got := guestGet(t, sb, netip.MustParseAddr("127.0.0.1")); got != "" {
+			t.Errorf("the VM reached the node's 127.0.0.1: %q", got)
+		}
+		host, err = netlink.LinkByName(ep.HostIf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := host.Attrs().Statistics.RxPackets - before; n == 0 {
+			t.Error("control: no frame of the probe reached the node's veth")
+		}
+		res = guestRun(t, sb, `ip route del 127.0.0.1/32; ip addr del 127.0.0.1/8 dev lo; ip addr add 127.0.0.1/8 dev lo; ip route get 127.0.0.1`)
+		if !strings.Contains(res.Stdout, "dev lo") {
+			t.Errorf("restoring the guest's loopback: %+v", res)
+		}
+	})
+
 	t.Run("PolicyChange", func(t *testing.T) {
 		s := time.Now()
 		must(t, rt.setNetworkPolicy(ctx, msb, &api.NetworkPolicy{Egress: api.EgressNone}))
@@ -451,8 +490,10 @@ func TestNetwork(t *testing.T) {
 		if got := guestGet(t, sb, farAddr); got != "" {
 			t.Errorf("egress none: the VM reached the outside host: %q", got)
 		}
-		if got := guestGet(t, sb, e.node); got != "" {
-			t.Errorf("egress none: the VM reached the node: %q", got)
+		for _, d := range denied {
+			if got := guestGet(t, sb, d.addr); got != "" {
+				t.Errorf("egress none: the VM reached the %s (%s): %q", d.name, d.addr, got)
+			}
 		}
 		s = time.Now()
 		must(t, rt.setNetworkPolicy(ctx, msb, allowFar()))
