@@ -8,7 +8,8 @@ import (
 
 func TestEncodeDecode(t *testing.T) {
 	m, b := LayerSerials(0)
-	c := &Config{Layers: []Layer{{Meta: m, Blob: b}}, UpperMiB: 64, Hostname: "sb", Env: []string{"A=1"}}
+	c := &Config{Layers: []Layer{{Meta: m, Blob: b}}, UpperMiB: 64, Hostname: "sb", Env: []string{"A=1"},
+		Net: &Net{Addr: "10.88.0.2", MAC: "0a:58:0a:58:00:02", Gateway: "169.254.1.1", GatewayMAC: "ee:ee:ee:ee:ee:ee", MTU: 1500}}
 	enc, err := c.Encode()
 	if err != nil {
 		t.Fatal(err)

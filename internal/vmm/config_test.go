@@ -37,6 +37,8 @@ func TestValidate(t *testing.T) {
 		{"bad name", func(c *Config) { c.Name = "a b" }, false},
 		{"bad tap", func(c *Config) { c.Tap = "tap0,script=/bin/evil" }, false},
 		{"MAC without tap", func(c *Config) { c.MAC = "52:54:00:12:34:56" }, false},
+		{"MAC with a tap file", func(c *Config) { c.TapFD, c.MAC = true, "52:54:00:12:34:56" }, true},
+		{"tap by name and file", func(c *Config) { c.TapFD, c.Tap = true, "tap0" }, false},
 		{"console without agent", func(c *Config) { c.AgentConsole = true }, false},
 		{"no run directory", func(c *Config) { c.RunDir = "" }, false},
 		{"run directory too long", func(c *Config) { c.RunDir = "/" + strings.Repeat("d", 100) }, false},
@@ -96,6 +98,11 @@ func TestArgs(t *testing.T) {
 			t.Errorf("q35 args lack %q:\n%s", want, got)
 		}
 	}
+	c.Tap, c.TapFD = "", true
+	if got := strings.Join(c.Args(), " "); !strings.Contains(got, "-netdev tap,id=net0,fd=3 -device virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56") {
+		t.Errorf("args with a tap file:\n%s", got)
+	}
+	c.Tap, c.TapFD = "tap0", false
 	// The cmdline stays one argument.
 	if i := slices.Index(args, "-append"); args[i+1] != "console=ttyS0 quiet" {
 		t.Errorf("-append %q", args[i+1])
