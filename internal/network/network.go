@@ -51,6 +51,10 @@
 // Policy.Inbound. Policy changes apply to the next packet, including on
 // connections that are already open.
 //
+// The container and microvm tiers share one Manager (a microVM's tap is
+// plugged into its sandbox's namespace: see internal/microvm); each gets
+// a Shared view, whose Recover keeps the other tier's networks.
+//
 // DNS names in Allow rules are resolved by the node when the policy is
 // set and the addresses recorded; a name whose addresses change later
 // keeps the old ones until the next SetPolicy (DNS rebinding is out of
