@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layerspec"
@@ -87,7 +88,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 	vmcfg := vmm.Config{
 		Name:          spec.ID,
-		Machine:       vmm.MicroVM,
+		Machine:       r.opt.Machine,
 		Accel:         r.accelerator(),
 		CPUs:          vcpus(spec.CPU),
 		MemoryMiB:     max(spec.MemoryMB, minMemoryMiB),
@@ -100,17 +101,35 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		Binary:        r.opt.QEMU,
 		ShutdownGrace: shutdownGrace,
 	}
+	var unjail func()
+	var group *cgroups.Group
+	if r.opt.Jail != nil {
+		g, undo, err := r.jailVM(ctx, spec.ID, dir, &vmcfg)
+		if err != nil {
+			return nil, err
+		}
+		unjail, group = undo, g
+		cu.Add(undo)
+		vmcfg.Paused = g != nil // until QEMU is in its cgroup
+	}
 	vm, err := vmm.Start(ctx, vmcfg)
 	if err != nil {
 		return nil, err
 	}
 	cu.Add(func() { vm.Kill(context.Background()) })
+	contAt := vm.Started.Cont
+	if group != nil {
+		if contAt, err = enterCgroup(ctx, group, vm); err != nil {
+			return nil, err
+		}
+		vmcfg.Paused = false // the state file's: the VM runs
+	}
 	if err := writeState(dir, state{Spec: spec, Pid: vm.Pid, VM: vmcfg}); err != nil {
 		return nil, err
 	}
 
 	var client *agentproto.Client
-	tm := Timing{Spawn: vm.Started.Spawn.Sub(t0), QMP: vm.Started.QMP.Sub(t0), Cont: vm.Started.Cont.Sub(t0)}
+	tm := Timing{Spawn: vm.Started.Spawn.Sub(t0), QMP: vm.Started.QMP.Sub(t0), Cont: contAt.Sub(t0)}
 	err = vm.WaitReady(ctx, func(ctx context.Context) error {
 		c, err := dialAgent(ctx, vm.AgentSocket(), r, &tm, t0)
 		client = c
@@ -122,7 +141,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	cu.Add(func() { client.Close() })
 	r.log.Debug("microvm ready", "id", spec.ID, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
-	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, client: client, release: release, timing: tm}
+	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, client: client, release: release, timing: tm, unjail: unjail}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -139,16 +158,16 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 // check refuses what this slice of the tier cannot do.
 func (r *Runtime) check(spec sandbox.Spec) error {
 	if len(spec.Image.Layers) == 0 {
-		return errdefs.New(errdefs.Invalid, "image_without_layers", "the microvm tier runs images built from layers; %s has none", spec.Image.Name)
+		return errdefs.New(errdefs.Invalid, "image_without_layers", "the %s tier runs images built from layers; %s has none", r.Tier(), spec.Image.Name)
 	}
 	if len(spec.Image.Layers) > maxLayers {
-		return errdefs.New(errdefs.Invalid, "too_many_layers", "%d layers: the microvm tier takes at most %d", len(spec.Image.Layers), maxLayers)
+		return errdefs.New(errdefs.Invalid, "too_many_layers", "%d layers: the %s tier takes at most %d", len(spec.Image.Layers), r.Tier(), maxLayers)
 	}
 	if spec.Network != nil && spec.Network.Egress != "" && spec.Network.Egress != "none" || spec.Network != nil && len(spec.Network.Allow) > 0 {
-		return sandbox.Unsupported(Tier, "network egress")
+		return sandbox.Unsupported(r.Tier(), "network egress")
 	}
 	if len(spec.Phases) > 0 {
-		return sandbox.Unsupported(Tier, "phases")
+		return sandbox.Unsupported(r.Tier(), "phases")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -38,6 +38,7 @@ package microvm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -57,8 +58,12 @@ import (
 	"github.com/dsec-dev/dsec/internal/vmm"
 )
 
-// Tier is the tier's name.
-const Tier = "microvm"
+// Tier is the microvm tier's name, VMTier the vm tier's: one Runtime
+// type serves both, by Options.Machine.
+const (
+	Tier   = "microvm"
+	VMTier = "vm"
+)
 
 // Defaults of Options.
 const (
@@ -100,6 +105,12 @@ type Options struct {
 	BootTimeout time.Duration
 	// QEMU is the QEMU binary; empty means qemu-system-x86_64 from PATH.
 	QEMU string
+	// Machine is vmm.MicroVM (the default: the microvm tier) or vmm.Q35
+	// (the vm tier: SeaBIOS, ACPI, PCI virtio devices).
+	Machine vmm.Machine
+	// Jail runs each QEMU as an unprivileged user in a cgroup of its own;
+	// nil runs it as the node's user, in the node's cgroup (tests).
+	Jail *Jail
 }
 
 // Runtime is the microvm tier on one node. It is safe for concurrent use.
@@ -115,6 +126,7 @@ type Runtime struct {
 
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*Sandbox
+	uids      map[uint32]string // the Jail's uids in use, by sandbox ID
 	closed    bool
 }
 
@@ -129,14 +141,35 @@ func New(ctx context.Context, opt Options) (*Runtime, error) {
 	if opt.BootTimeout == 0 {
 		opt.BootTimeout = DefaultBootTimeout
 	}
+	switch opt.Machine {
+	case "":
+		opt.Machine = vmm.MicroVM
+	case vmm.MicroVM, vmm.Q35:
+	default:
+		return nil, fmt.Errorf("microvm: machine %q is not %q or %q", opt.Machine, vmm.MicroVM, vmm.Q35)
+	}
 	if err := os.MkdirAll(opt.StateDir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Runtime{opt: opt, log: opt.Logger, sandboxes: map[string]*Sandbox{}}, nil
+	if opt.Jail != nil {
+		// QEMU's user reaches its own directory below (see Jail).
+		if err := os.Chmod(opt.StateDir, 0o711); err != nil {
+			return nil, err
+		}
+		if err := searchable(opt.StateDir); err != nil {
+			return nil, err
+		}
+	}
+	return &Runtime{opt: opt, log: opt.Logger, sandboxes: map[string]*Sandbox{}, uids: map[uint32]string{}}, nil
 }
 
-// Tier implements sandbox.Runtime.
-func (r *Runtime) Tier() string { return Tier }
+// Tier implements sandbox.Runtime: Tier, or VMTier for a q35 runtime.
+func (r *Runtime) Tier() string {
+	if r.opt.Machine == vmm.Q35 {
+		return VMTier
+	}
+	return Tier
+}
 
 // Capabilities implements sandbox.Runtime.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
@@ -145,7 +178,7 @@ func (r *Runtime) Capabilities() sandbox.Capabilities {
 
 // Fingerprint implements sandbox.Runtime.
 func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {
-	info := api.TierInfo{Name: Tier, Available: true, Accelerator: r.accelerator()}
+	info := api.TierInfo{Name: r.Tier(), Available: true, Accelerator: r.accelerator()}
 	bin := r.opt.QEMU
 	if bin == "" {
 		bin = "qemu-system-x86_64"

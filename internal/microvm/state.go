@@ -54,7 +54,7 @@ func readState(dir string) (state, error) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return st, fmt.Errorf("%s: %w", stateFile, err)
 	}
-	if st.Pid <= 0 || st.VM.RunDir != dir || st.Spec.ID != filepath.Base(dir) {
+	if st.Pid <= 0 || st.VM.RunDir != dir && st.VM.RunDir != filepath.Join(dir, qemuDir) || st.Spec.ID != filepath.Base(dir) {
 		return st, fmt.Errorf("%s does not describe the VM of %s", stateFile, dir)
 	}
 	return st, nil
@@ -62,10 +62,12 @@ func readState(dir string) (state, error) {
 
 // Recover implements sandbox.Runtime: it re-adopts the VMs a previous run
 // left running (vmm.Adopt checks each pid is its run directory's QEMU),
-// reconnects to their agents and holds their layers again. A run
-// directory without a whole state file, whose QEMU is gone, or whose
-// agent does not answer is torn down. Errors are joined; the sandboxes
-// recovered are returned whatever failed.
+// reconnects to their agents and holds their layers, uids and cgroups
+// again. A run directory without a whole state file, whose QEMU is gone,
+// or whose agent does not answer is torn down; then every QEMU, run
+// directory and cgroup of this runtime that no recovered sandbox owns is
+// removed (sweepLeftovers). Errors are joined; the sandboxes recovered are
+// returned whatever failed.
 func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 	entries, err := os.ReadDir(r.opt.StateDir)
 	if err != nil {
@@ -87,6 +89,13 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 			continue
 		}
 		out = append(out, sb)
+	}
+	live := map[string]bool{}
+	for _, sb := range out {
+		live[sb.ID()] = true
+	}
+	if err := r.sweepLeftovers(ctx, live); err != nil {
+		errs = append(errs, err)
 	}
 	return out, errors.Join(errs...)
 }
@@ -116,7 +125,11 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, client: client, release: release}
 	r.mu.Lock()
 	r.sandboxes[sb.id] = sb
+	if u := st.VM.User; u != nil && r.opt.Jail != nil {
+		r.uids[u.UID] = sb.id
+	}
 	r.mu.Unlock()
+	sb.unjail = r.rejail(st)
 	return sb, nil
 }
 

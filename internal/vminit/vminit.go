@@ -68,6 +68,12 @@ var DeviceModules = map[string]string{
 	"virtio_net": "0x0001", "net_failover": "0x0001", "failover": "0x0001",
 }
 
+// PCIModules are the virtio PCI transport's modules, loaded only when the
+// VM has a PCI bus (the vm tier's q35; microvm has none).
+var PCIModules = map[string]bool{
+	"virtio_pci": true, "virtio_pci_modern_dev": true, "virtio_pci_legacy_dev": true,
+}
+
 // moduleName is the module name of a .ko path ("/lib/modules/r/virtio_net.ko"
 // gives "virtio_net").
 func moduleName(p string) string {
