@@ -1,4 +1,6 @@
-// Package microvm is the microvm tier: each sandbox is a QEMU microvm
+// Package microvm is the microvm tier and the vm tier: each sandbox is a
+// QEMU microvm (Options.Machine vmm.MicroVM, virtio-mmio) or a q35 PC
+// (vmm.Q35: SeaBIOS, ACPI, PCI virtio devices; Runtime.Tier() is VMTier)
 // (internal/vmm) booted directly into the guest kernel and initramfs of
 // internal/vmkernel, whose init (internal/vminit) assembles the image's
 // layers into the guest's root and becomes the agent. The node talks to
@@ -19,6 +21,18 @@
 // what was built, through a cleanup stack: QEMU, its run directory, the
 // layer references.
 //
+// # Jail
+//
+// With Options.Jail each QEMU runs as a uid and gid of its own (one per
+// VM, from the jail's range; no supplementary groups but /dev/kvm's on
+// KVM), in a cgroup of its own (guest memory + an overhead, pids, CPU
+// quota = vCPUs; made before QEMU starts, QEMU moved in while the guest
+// is still paused), and gets its kernel, initrd and disks as descriptors
+// the node opens (vmm.Config.PassFiles). A jailed VM's run directory is
+// the node's (state.json, the config disk chowned to QEMU's uid); QEMU
+// owns only its subdirectory "q" (sockets, serial log). Destroy and a
+// failed create remove the cgroup and free the uid. See jail.go.
+//
 // # Limits of this first slice
 //
 // The upper layer is a tmpfs in the guest sized by Spec.DiskMB: what a
@@ -32,7 +46,9 @@
 // Each run directory holds state.json (the spec, QEMU's pid and its
 // vmm.Config). Close leaves VMs running; Recover re-adopts them through
 // vmm.Adopt and reconnects to their agents (the guest reopens its port
-// when the old connection ends).
+// when the old connection ends), then sweeps what no re-adopted VM owns:
+// QEMU processes whose command line names a run directory under
+// StateDir, run directories, and the jail's cgroups (sweep.go).
 package microvm
 
 import (
