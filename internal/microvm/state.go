@@ -122,14 +122,13 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		release()
 		return nil, errdefs.Wrap(errdefs.Unavailable, "agent_unreachable", err, "reconnecting to the agent of %s", st.Spec.ID)
 	}
-	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, client: client, release: release}
+	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, client: client, release: release, unjail: r.rejail(st)}
 	r.mu.Lock()
 	r.sandboxes[sb.id] = sb
 	if u := st.VM.User; u != nil && r.opt.Jail != nil {
 		r.uids[u.UID] = sb.id
 	}
 	r.mu.Unlock()
-	sb.unjail = r.rejail(st)
 	return sb, nil
 }
 
