@@ -38,7 +38,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 	t0 := time.Now()
-	k, initrd, err := r.boot(ctx)
+	k, initrd, err := r.bootFiles(ctx, spec.Image.Layers)
 	if err != nil {
 		return nil, err
 	}

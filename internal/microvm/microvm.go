@@ -135,6 +135,8 @@ type Runtime struct {
 	log   *slog.Logger
 	accel atomic.Value // string: UseAccel's, over opt.Accel
 
+	kernels imageKernels // the vm tier's images' own kernels
+
 	bootMu  sync.Mutex // guards following fields
 	kernel  vmkernel.Kernel
 	initrd  string

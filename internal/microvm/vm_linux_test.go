@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +20,8 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/builtin"
 	"github.com/dsec-dev/dsec/internal/cgroups"
+	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/layerspec"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sandbox/sandboxtest"
 	"github.com/dsec-dev/dsec/internal/vmm"
@@ -371,4 +374,73 @@ func BenchmarkCreateVM(b *testing.B) {
 		sum += r
 	}
 	b.ReportMetric(float64(sum/int64(len(rss)))/(1<<20), "MiB-rss")
+}
+
+// TestVMTierImageKernel: an image whose layers bring a kernel
+// (/boot/vmlinuz-<release> with /lib/modules/<release>/) boots it on the
+// vm tier. The test's kernel layer holds the node's own kernel and
+// modules under another release name, so the VM boots; that it booted
+// the image's copy is read from the state file (the kernel's cache entry
+// is the image's, img-<sha256>).
+func TestVMTierImageKernel(t *testing.T) {
+	rt, _ := jailedRuntime(t, vmm.Q35, "")
+	ctx := ctxT(t, 3*time.Minute)
+	node, err := rt.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const release = "6.1.0-dsec-test"
+	src := t.TempDir()
+	mods := filepath.Join(src, "lib", "modules", release, "kernel")
+	if err := os.MkdirAll(mods, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(src, "boot"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile := func(from, to string) {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(node, filepath.Join(src, "boot", "vmlinuz-"+release))
+	kos, _ := filepath.Glob(filepath.Join(filepath.Dir(node), "modules", "*.ko"))
+	for _, ko := range kos {
+		copyFile(ko, filepath.Join(mods, filepath.Base(ko)))
+	}
+	a, err := layer.BuildDir(ctx, src, filepath.Join(t.TempDir(), "layer"), layer.BuildOptions{})
+	if err != nil {
+		t.Skipf("building the kernel layer: %v", err)
+	}
+	if err := publish(ctx, world.store, a); err != nil {
+		t.Fatal(err)
+	}
+	layers := append(slices.Clone(world.layers), layerspec.Layer{ID: a.ID(), Manifest: a.Manifest})
+
+	sb, err := rt.Create(ctx, sandbox.Spec{
+		ID: "vm-kern", Tier: VMTier, CPU: 1, MemoryMB: 256, DiskMB: 64,
+		Image: sandbox.Image{ID: "busybox-kernel", Name: "busybox-kernel", Layers: layers},
+	})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	defer sb.Destroy(context.Background())
+	st, err := readState(sb.(*Sandbox).RunDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(st.VM.Kernel, "/img-") || st.VM.Kernel == node {
+		t.Errorf("the VM booted %s, want the image's kernel (an img-<sha256> cache entry)", st.VM.Kernel)
+	}
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"ls", "/boot"}}})
+	if err != nil || !strings.Contains(res.Stdout, "vmlinuz-"+release) {
+		t.Errorf("ls /boot in the VM: %+v, %v", res, err)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
