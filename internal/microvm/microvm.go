@@ -21,6 +21,13 @@
 // what was built, through a cleanup stack: QEMU, its run directory, the
 // layer references.
 //
+// # Kernels
+//
+// Both tiers boot the node's guest kernel (vmkernel.Fetch), except that a
+// vm-tier image whose layers bring /boot/vmlinuz-<release> and
+// /lib/modules/<release>/ boots that kernel (imagekernel.go,
+// vmkernel.FromTree), with an initramfs built over its modules.
+//
 // # Jail
 //
 // With Options.Jail each QEMU runs as a uid and gid of its own (one per
