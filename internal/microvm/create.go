@@ -66,6 +66,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		Env:      baseEnv(spec),
 		Hosts:    fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", hostname(spec.ID)),
 		Resolv:   "# no resolver: this sandbox has no network egress\n",
+		Init:     r.opt.Machine == vmm.Q35, // the image's init system, if systemd
 	}
 	if cfg.UpperMiB <= 0 {
 		cfg.UpperMiB = defaultUpperMiB

@@ -68,6 +68,10 @@ var DeviceModules = map[string]string{
 	"virtio_net": "0x0001", "net_failover": "0x0001", "failover": "0x0001",
 }
 
+// AgentArg is dsec-guest's first argument in the agent process the init
+// starts beside the image's init system.
+const AgentArg = "vm-agent"
+
 // PCIModules are the virtio PCI transport's modules, loaded only when the
 // VM has a PCI bus (the vm tier's q35; microvm has none).
 var PCIModules = map[string]bool{
