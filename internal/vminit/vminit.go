@@ -23,6 +23,11 @@
 // connection ends and the port is reopened for the next). As PID 1, the
 // agent reaps every orphan.
 //
+// With vmconfig.Config.Init (the vm tier) and a root whose /sbin/init is
+// systemd, the init instead starts the agent as a process of its own
+// (dsec-guest AgentArg: a child subreaper) and executes /sbin/init, so
+// that systemd is PID 1 and boots the image's units (init_linux.go).
+//
 // The agent runs as root with every capability in the guest. Unlike a
 // container's agent, it is not what isolates the sandbox: the guest as a
 // whole is inside the trust boundary, and the VM is the isolation.
