@@ -152,7 +152,13 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 	if opt.Accel == "auto" {
 		opt.Accel = ""
 	}
-	if !c.Unjailed {
+	switch {
+	case c.Unjailed:
+	case os.Geteuid() != 0:
+		// A node that is not root cannot give QEMU another uid or a
+		// cgroup; QEMU runs as the node's (unprivileged) user.
+		d.log.Warn("not root: QEMU runs unjailed, as the node's user", "tier", tier)
+	default:
 		jail, err := d.vmJail(ctx, tier, parent, uidBase)
 		if err != nil {
 			return nil, err
