@@ -2,7 +2,8 @@
 # Installs the Debian packages DSec needs, only those missing.
 #   scripts/deps.sh runtime   what `dsec up` needs (qemu-system-x86 brings
 #                             qemu-system-data, with the microvm firmware,
-#                             and seabios as dependencies)
+#                             and seabios, the vm tier's q35 firmware
+#                             bios-256k.bin, as dependencies)
 #   scripts/deps.sh test      what `make test` needs on top
 #   scripts/deps.sh bench     what `make bench` needs on top: the test set,
 #                             and crun and runc, the baselines the container

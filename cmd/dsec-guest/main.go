@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/vminit"
 )
 
 // Set by the build (-ldflags "-X main.version=…").
@@ -16,6 +17,9 @@ var version = "dev"
 func main() {
 	if isVMInit() { // PID 1 of a microVM's initramfs
 		os.Exit(vminitMain())
+	}
+	if len(os.Args) == 5 && os.Args[1] == vminit.AgentArg && os.Getppid() == 1 { // hidden: a VM guest's init only
+		os.Exit(vmAgentMain(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "serve" { // hidden: tests and benchmarks
 		os.Exit(serve(os.Args[2:], os.Stderr))

@@ -21,3 +21,11 @@ func vminitMain() int {
 	fmt.Fprintln(os.Stderr, "dsec-guest:", err)
 	return 1
 }
+
+// vmAgentMain is the agent beside the image's init system in a VM guest
+// (vminit.AgentMain).
+func vmAgentMain(args []string) int {
+	err := vminit.AgentMain(args)
+	fmt.Fprintln(os.Stderr, "dsec-guest:", err)
+	return 1
+}

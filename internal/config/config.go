@@ -35,9 +35,11 @@ type Config struct {
 	Container Container `toml:"container"`
 	// MicroVM configures the microvm tier.
 	MicroVM MicroVM `toml:"microvm"`
-	Images  Images  `toml:"images"`
-	Limits  Limits  `toml:"limits"`
-	Audit   Audit   `toml:"audit"`
+	// VM configures the vm tier.
+	VM     VM     `toml:"vm"`
+	Images Images `toml:"images"`
+	Limits Limits `toml:"limits"`
+	Audit  Audit  `toml:"audit"`
 }
 
 // Audit configures the node's eBPF monitor of sandboxes.
@@ -150,6 +152,38 @@ type MicroVM struct {
 	// BootTimeoutS bounds a VM's boot to its agent's hello (60); a VM not
 	// ready by then is killed and its create fails.
 	BootTimeoutS int `toml:"boot_timeout_s"`
+	// Unjailed runs QEMU as the node's user in the node's cgroup. By
+	// default each QEMU runs as a uid of its own, with no supplementary
+	// groups (but /dev/kvm's group on KVM), in a cgroup of its own
+	// (microvm.Jail).
+	Unjailed bool `toml:"unjailed"`
+	// UIDBase is the first of the 65536 uids (and gids) given to QEMUs,
+	// one per VM (default: right after the container tier's range,
+	// [container] id_base + 65536; the vm tier takes the next 65536).
+	UIDBase int `toml:"uid_base"`
+	// MemoryOverheadMiB is added to a VM's memory for its QEMU's cgroup
+	// limit (256).
+	MemoryOverheadMiB int `toml:"memory_overhead_mib"`
+	// Pids is the pids limit of a QEMU's cgroup (256).
+	Pids int `toml:"pids"`
+	// CgroupParent is the cgroup the tier's QEMU groups are made under
+	// (default "dsec-microvm"; the vm tier's [vm] cgroup_parent,
+	// "dsec-vm").
+	CgroupParent string `toml:"cgroup_parent"`
+}
+
+// VM configures the vm tier of a node: a QEMU q35 machine per sandbox
+// (SeaBIOS, ACPI, PCI virtio devices), run by the microvm tier's code
+// (internal/microvm with vmm.Q35). It shares [microvm]'s guest kernel,
+// QEMU, accelerator and jail settings, and is registered when neither
+// tier is disabled.
+type VM struct {
+	// Disabled turns the tier off.
+	Disabled bool `toml:"disabled"`
+	// BootTimeoutS bounds a boot through the firmware (90).
+	BootTimeoutS int `toml:"boot_timeout_s"`
+	// CgroupParent: see MicroVM.CgroupParent (default "dsec-vm").
+	CgroupParent string `toml:"cgroup_parent"`
 }
 
 // Limits are the control plane's defaults and bounds (see
@@ -290,6 +324,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MicroVM.BootTimeoutS < 0 {
 		return fmt.Errorf("microvm.boot_timeout_s %d: want a positive number of seconds", c.MicroVM.BootTimeoutS)
+	}
+	if c.VM.BootTimeoutS < 0 {
+		return fmt.Errorf("vm.boot_timeout_s %d: want a positive number of seconds", c.VM.BootTimeoutS)
+	}
+	if c.MicroVM.UIDBase < 0 || c.MicroVM.MemoryOverheadMiB < 0 || c.MicroVM.Pids < 0 {
+		return errors.New("microvm.uid_base, memory_overhead_mib and pids: want positive numbers")
 	}
 	switch c.Images.Blobs {
 	case "", "local", "nats":

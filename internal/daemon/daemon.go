@@ -296,7 +296,7 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 		}
 		return m.Counts()
 	})
-	defaults := map[string]string{wire.TierFunction: BuiltinFunctionImage, wire.TierContainer: BuiltinContainerImage, wire.TierMicroVM: BuiltinContainerImage}
+	defaults := map[string]string{wire.TierFunction: BuiltinFunctionImage, wire.TierContainer: BuiltinContainerImage, wire.TierMicroVM: BuiltinContainerImage, wire.TierVM: BuiltinContainerImage}
 	for k, v := range lim.DefaultImages {
 		defaults[k] = v
 	}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,11 +31,33 @@ func withMicroVM(t testing.TB) func(*config.Config) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		t.Skip("the microvm tier needs QEMU (Debian qemu-system-x86)")
 	}
+	// Cgroup parents of the test's own: a node's Recover removes the
+	// groups under its parents that it does not own, so daemons running
+	// at once must not share them.
+	n := cgroupSeq.Add(1)
+	mvm := fmt.Sprintf("dsec-test-%d-%d-microvm", os.Getpid(), n)
+	vm := fmt.Sprintf("dsec-test-%d-%d-vm", os.Getpid(), n)
+	t.Cleanup(func() {
+		for _, p := range []string{mvm, vm} {
+			dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", p))
+			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", p))
+			for _, d := range dirs {
+				if subs, _ := filepath.Glob(filepath.Join(d, "*", "cgroup.procs")); len(subs) > 0 {
+					t.Errorf("cgroups left under %s: %v", d, subs)
+				}
+				os.Remove(d)
+			}
+		}
+	})
 	return func(c *config.Config) {
 		c.MicroVM.Disabled = false
 		c.MicroVM.CacheDir = microvmKernelCache
+		c.MicroVM.CgroupParent, c.VM.CgroupParent = mvm, vm
 	}
 }
+
+// cgroupSeq numbers withMicroVM's cgroup parents.
+var cgroupSeq atomic.Int64
 
 // qemuProcsUnder lists the QEMU processes whose command line names dir.
 func qemuProcsUnder(dir string) []testenv.Proc {

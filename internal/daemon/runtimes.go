@@ -71,15 +71,23 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 	if err := reg.Register(fn); err != nil {
 		return nil, nil, err
 	}
-	// The microvm tier's networks come from the container tier's network
-	// manager, when both run: one range, one nftables table, one deny-set.
-	var vmNets *network.Shared
+	// The VM tiers' networks come from the container tier's network
+	// manager, when they run: one range, one nftables table, one deny-set.
+	// vmNets[0] is the microvm tier's view, vmNets[1] the vm tier's.
+	vmNets := make([]*network.Shared, 2)
+	vmTiers := 0
+	if !d.cfg.MicroVM.Disabled {
+		vmTiers = 1
+		if !d.cfg.VM.Disabled {
+			vmTiers = 2
+		}
+	}
 	if !d.cfg.Container.Disabled {
 		var watcher *audit.Recorder
 		if mon != nil {
 			watcher = rec
 		}
-		ct, nets, closeDeps, err := d.containerRuntime(ctx, layers, watcher, mon, !d.cfg.MicroVM.Disabled)
+		ct, nets, closeDeps, err := d.containerRuntime(ctx, layers, watcher, mon, vmTiers)
 		if err != nil {
 			return nil, nil, fmt.Errorf("container tier (set [container] disabled = true to run without it): %w", err)
 		}
@@ -90,45 +98,67 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		}
 		closeRuntimes := closeAll
 		closeAll = func() { closeRuntimes(); closeDeps() }
-		vmNets = nets
+		copy(vmNets, nets)
 	}
-	var mv *microvm.Runtime
+	var mv, vm *microvm.Runtime
 	if !d.cfg.MicroVM.Disabled {
-		if mv, err = d.microvmRuntime(ctx, layers, vmNets); err != nil {
+		if mv, err = d.microvmRuntime(ctx, layers, vmm.MicroVM, vmNets[0]); err != nil {
 			return nil, nil, fmt.Errorf("microvm tier (set [microvm] disabled = true to run without it): %w", err)
 		}
 		if err := reg.Register(mv); err != nil {
 			return nil, nil, err
 		}
+		if !d.cfg.VM.Disabled {
+			if vm, err = d.microvmRuntime(ctx, layers, vmm.Q35, vmNets[1]); err != nil {
+				return nil, nil, fmt.Errorf("vm tier (set [vm] disabled = true to run without it): %w", err)
+			}
+			if err := reg.Register(vm); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
 	cu.Release()
 	if mv != nil {
 		// Stopped before the runtimes close.
-		stopPrepare := d.prepareMicroVM(mv)
+		stopPrepare := d.prepareMicroVM(mv, vm)
 		closeRuntimes := closeAll
 		closeAll = func() { stopPrepare(); closeRuntimes() }
 	}
 	return reg, func() { closeAll(); closeAudit() }, nil
 }
 
-// microvmRuntime makes the microvm tier. It is registered even without
-// QEMU: its Fingerprint then reports it unavailable (and why), and the
-// scheduler places nothing on it. nets is its view of the container
-// tier's network manager; nil (the container tier disabled) means its
-// VMs have no network, and specs that need one are refused.
-func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, nets *network.Shared) (*microvm.Runtime, error) {
+// microvmRuntime makes the microvm tier (machine vmm.MicroVM) or the vm
+// tier (vmm.Q35). It is registered even without QEMU: its Fingerprint
+// then reports it unavailable (and why), and the scheduler places nothing
+// on it. nets is its view of the container tier's network manager; nil
+// (the container tier disabled) means its VMs have no network, and specs
+// that need one are refused.
+func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, machine vmm.Machine, nets *network.Shared) (*microvm.Runtime, error) {
 	c := d.cfg.MicroVM
+	tier, timeout, parent := microvm.Tier, c.BootTimeoutS, c.CgroupParent
+	uidBase := c.UIDBase
+	if uidBase == 0 {
+		uidBase = d.idBase() + idCount // after the container tier's ids
+	}
+	if machine == vmm.Q35 {
+		tier, timeout, parent = microvm.VMTier, d.cfg.VM.BootTimeoutS, d.cfg.VM.CgroupParent
+		uidBase += microvm.DefaultUIDCount // after the microvm tier's
+		if timeout == 0 {
+			timeout = 90 // SeaBIOS and PCI enumeration under TCG
+		}
+	}
 	opt := microvm.Options{
-		StateDir: filepath.Join(d.cfg.DataDir, "node", microvm.Tier),
+		StateDir: filepath.Join(d.cfg.DataDir, "node", tier),
 		CacheDir: c.CacheDir,
 		Layers:   microvm.CacheFiles{Cache: layers, Dir: filepath.Join(d.cfg.DataDir, "layers")},
 		Version:  d.build.Version,
-		Logger:   d.log.With("tier", microvm.Tier),
+		Logger:   d.log.With("tier", tier),
 		// "auto" starts on TCG; prepareMicroVM switches to KVM once the
 		// guest kernel is seen booting on it.
 		Accel:       c.Accelerator,
-		BootTimeout: time.Duration(c.BootTimeoutS) * time.Second,
+		BootTimeout: time.Duration(timeout) * time.Second,
 		QEMU:        c.QEMU,
+		Machine:     machine,
 	}
 	if nets != nil {
 		opt.Network = nets
@@ -139,18 +169,59 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, n
 	if opt.Accel == "auto" {
 		opt.Accel = ""
 	}
+	switch {
+	case c.Unjailed:
+	case os.Geteuid() != 0:
+		// A node that is not root cannot give QEMU another uid or a
+		// cgroup; QEMU runs as the node's (unprivileged) user.
+		d.log.Warn("not root: QEMU runs unjailed, as the node's user", "tier", tier)
+	default:
+		jail, err := d.vmJail(ctx, tier, parent, uidBase)
+		if err != nil {
+			return nil, err
+		}
+		opt.Jail = jail
+	}
 	return microvm.New(ctx, opt)
 }
 
+// vmJail is the Jail of a VM tier's QEMUs: uids from uidBase, a cgroup
+// parent of the tier's own (devices: the defaults and /dev/kvm), and the
+// data directory made searchable (not listable) so that each QEMU reaches
+// its run directory under <data_dir>/node/<tier>.
+func (d *daemon) vmJail(ctx context.Context, tier, parent string, uidBase int) (*microvm.Jail, error) {
+	c := d.cfg.MicroVM
+	if parent == "" {
+		parent = "dsec-" + tier
+	}
+	cg, err := cgroups.New(ctx, cgroups.Options{Parent: parent, Devices: []string{"c 10:232 rwm"}, Logger: d.log.With("part", "cgroups", "tier", tier)})
+	if err != nil {
+		return nil, fmt.Errorf("cgroups (set [microvm] unjailed = true to run QEMU without): %w", err)
+	}
+	for _, dir := range []string{d.cfg.DataDir, filepath.Join(d.cfg.DataDir, "node")} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return nil, err
+		}
+	}
+	return &microvm.Jail{
+		UIDBase: uint32(uidBase), UIDCount: microvm.DefaultUIDCount,
+		Cgroups: cg, OverheadMiB: c.MemoryOverheadMiB, Pids: int64(c.Pids),
+	}, nil
+}
+
 // prepareMicroVM fetches the guest kernel and builds the initramfs in the
-// background, so that neither `dsec up` nor the first create waits for
+// background (for the microvm tier mv and, if not nil, the vm tier vm,
+// which share them), so that neither `dsec up` nor the first create waits for
 // them (a create that comes first waits for the same fetch, not a second
 // one), then, with accelerator "auto", probes whether the kernel boots on
 // KVM (vmm.ProbeAccel) and, if it does, switches the tier to it. The node
 // reports the tier's accelerator in its tiers (GET /v1/nodes). A failure
 // is logged: the first create tries the fetch again, and reports it. The
 // function returned stops the work and waits for it.
-func (d *daemon) prepareMicroVM(mv *microvm.Runtime) func() {
+func (d *daemon) prepareMicroVM(mv, vm *microvm.Runtime) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	log := d.log.With("tier", microvm.Tier)
@@ -167,6 +238,11 @@ func (d *daemon) prepareMicroVM(mv *microvm.Runtime) func() {
 			}
 			return
 		}
+		if vm != nil {
+			if _, err := vm.Prepare(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("preparing the vm tier's boot files (its first create tries again)", "err", err)
+			}
+		}
 		if a := d.cfg.MicroVM.Accelerator; a != "" && a != "auto" {
 			return
 		}
@@ -178,6 +254,9 @@ func (d *daemon) prepareMicroVM(mv *microvm.Runtime) func() {
 			return
 		}
 		mv.UseAccel(accel)
+		if vm != nil {
+			vm.UseAccel(accel) // the same kernel on the same host
+		}
 		log.Info("microvm accelerator", "accel", accel)
 	}()
 	var once sync.Once
@@ -190,11 +269,10 @@ func (d *daemon) prepareMicroVM(mv *microvm.Runtime) func() {
 }
 
 // containerRuntime makes the container tier and the network and cgroup
-// managers it needs; the function returned closes those managers. With
-// shareNets it also returns the microvm tier's view of the network
-// manager (network.Shared: each tier's Recover keeps the other's
-// networks).
-func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache, rec *audit.Recorder, mon *monitor.Monitor, shareNets bool) (*container.Runtime, *network.Shared, func(), error) {
+// managers it needs; the function returned closes those managers. It
+// also returns vmTiers views of the network manager for the VM tiers
+// (network.Shared: each tier's Recover keeps the others' networks).
+func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache, rec *audit.Recorder, mon *monitor.Monitor, vmTiers int) (*container.Runtime, []*network.Shared, func(), error) {
 	c := d.cfg.Container
 	var cu cleanup.Stack
 	defer cu.Clean()
@@ -228,13 +306,8 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache,
 		closeGuard()
 	}
 	cu.Add(closeNets)
-	var ctNets, vmNets *network.Shared
-	if shareNets {
-		views := nets.Share(2)
-		ctNets, vmNets = views[0], views[1]
-	} else {
-		ctNets = nets.Share(1)[0]
-	}
+	views := nets.Share(1 + vmTiers)
+	ctNets, vmNets := views[0], views[1:]
 	copt := container.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "container"),
 		DataDir:  d.cfg.DataDir, Reach: []string{filepath.Join(d.cfg.DataDir, "layers")},

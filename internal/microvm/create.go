@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layerspec"
@@ -39,7 +40,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 	t0 := time.Now()
-	k, initrd, err := r.boot(ctx)
+	k, initrd, err := r.bootFiles(ctx, spec.Image.Layers)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +92,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		Env:      baseEnv(spec),
 		Hosts:    hostsFile(spec.ID, ep),
 		Resolv:   resolvConf(ep),
+		Init:     r.opt.Machine == vmm.Q35, // the image's init system, if systemd
 	}
 	if ep != nil {
 		cfg.Net = &vmconfig.Net{Addr: ep.Addr.String(), MAC: ep.MAC.String(), Gateway: ep.Gateway.String(),
@@ -117,7 +119,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 	vmcfg := vmm.Config{
 		Name:          spec.ID,
-		Machine:       vmm.MicroVM,
+		Machine:       r.opt.Machine,
 		Accel:         r.accelerator(),
 		CPUs:          vcpus(spec.CPU),
 		MemoryMiB:     max(spec.MemoryMB, minMemoryMiB),
@@ -130,23 +132,41 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		Binary:        r.opt.QEMU,
 		ShutdownGrace: shutdownGrace,
 	}
-	st := state{Spec: spec, VM: vmcfg}
+	st := state{Spec: spec}
 	if ep != nil {
 		vmcfg.TapFD, vmcfg.TapFile, vmcfg.MAC = true, tap, ep.MAC.String()
 		st.Netns = ep.NetnsPath
+	}
+	var unjail func()
+	var group *cgroups.Group
+	if r.opt.Jail != nil {
+		g, undo, err := r.jailVM(ctx, spec.ID, dir, &vmcfg)
+		if err != nil {
+			return nil, err
+		}
+		unjail, group = undo, g
+		cu.Add(undo)
+		vmcfg.Paused = g != nil // until QEMU is in its cgroup
 	}
 	vm, err := vmm.Start(ctx, vmcfg)
 	if err != nil {
 		return nil, err
 	}
 	cu.Add(func() { vm.Kill(context.Background()) })
+	contAt := vm.Started.Cont
+	if group != nil {
+		if contAt, err = enterCgroup(ctx, group, vm); err != nil {
+			return nil, err
+		}
+		vmcfg.Paused = false // the state file's: the VM runs
+	}
 	st.Pid, st.VM = vm.Pid, vmcfg
 	if err := writeState(dir, st); err != nil {
 		return nil, err
 	}
 
 	var client *agentproto.Client
-	tm := Timing{Network: netTime, Spawn: vm.Started.Spawn.Sub(t0), QMP: vm.Started.QMP.Sub(t0), Cont: vm.Started.Cont.Sub(t0)}
+	tm := Timing{Network: netTime, Spawn: vm.Started.Spawn.Sub(t0), QMP: vm.Started.QMP.Sub(t0), Cont: contAt.Sub(t0)}
 	err = vm.WaitReady(ctx, func(ctx context.Context) error {
 		c, err := dialAgent(ctx, vm.AgentSocket(), r, &tm, t0)
 		client = c
@@ -158,7 +178,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	cu.Add(func() { client.Close() })
 	r.log.Debug("microvm ready", "id", spec.ID, "network", tm.Network, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
-	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, timing: tm}
+	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, timing: tm, unjail: unjail}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -176,10 +196,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 // network policy the VM starts with and whether it needs a NIC.
 func (r *Runtime) check(spec sandbox.Spec) (network.Policy, bool, error) {
 	if len(spec.Image.Layers) == 0 {
-		return network.Policy{}, false, errdefs.New(errdefs.Invalid, "image_without_layers", "the microvm tier runs images built from layers; %s has none", spec.Image.Name)
+		return network.Policy{}, false, errdefs.New(errdefs.Invalid, "image_without_layers", "the %s tier runs images built from layers; %s has none", r.Tier(), spec.Image.Name)
 	}
 	if len(spec.Image.Layers) > maxLayers {
-		return network.Policy{}, false, errdefs.New(errdefs.Invalid, "too_many_layers", "%d layers: the microvm tier takes at most %d", len(spec.Image.Layers), maxLayers)
+		return network.Policy{}, false, errdefs.New(errdefs.Invalid, "too_many_layers", "%d layers: the %s tier takes at most %d", len(spec.Image.Layers), r.Tier(), maxLayers)
 	}
 	policy, linked, err := networkOf(spec)
 	if err != nil {
@@ -187,10 +207,10 @@ func (r *Runtime) check(spec sandbox.Spec) (network.Policy, bool, error) {
 	}
 	if len(spec.Phases) > 0 {
 		// Until SetPhase lands; networkOf already reads them.
-		return policy, false, sandbox.Unsupported(Tier, "phases")
+		return policy, false, sandbox.Unsupported(r.Tier(), "phases")
 	}
 	if linked && r.opt.Network == nil {
-		return policy, false, sandbox.Unsupported(Tier, "network egress (no network manager on this node)")
+		return policy, false, sandbox.Unsupported(r.Tier(), "network egress (no network manager on this node)")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

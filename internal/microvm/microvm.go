@@ -1,4 +1,6 @@
-// Package microvm is the microvm tier: each sandbox is a QEMU microvm
+// Package microvm is the microvm tier and the vm tier: each sandbox is a
+// QEMU microvm (Options.Machine vmm.MicroVM, virtio-mmio) or a q35 PC
+// (vmm.Q35: SeaBIOS, ACPI, PCI virtio devices; Runtime.Tier() is VMTier)
 // (internal/vmm) booted directly into the guest kernel and initramfs of
 // internal/vmkernel, whose init (internal/vminit) assembles the image's
 // layers into the guest's root and becomes the agent. The node talks to
@@ -33,6 +35,25 @@
 // A VM that may reach nothing gets no NIC. setNetworkPolicy changes the
 // policy host-side. docs/architecture.md, "Microvm network", says why.
 //
+// # Kernels
+//
+// Both tiers boot the node's guest kernel (vmkernel.Fetch), except that a
+// vm-tier image whose layers bring /boot/vmlinuz-<release> and
+// /lib/modules/<release>/ boots that kernel (imagekernel.go,
+// vmkernel.FromTree), with an initramfs built over its modules.
+//
+// # Jail
+//
+// With Options.Jail each QEMU runs as a uid and gid of its own (one per
+// VM, from the jail's range; no supplementary groups but /dev/kvm's on
+// KVM), in a cgroup of its own (guest memory + an overhead, pids, CPU
+// quota = vCPUs; made before QEMU starts, QEMU moved in while the guest
+// is still paused), and gets its kernel, initrd and disks as descriptors
+// the node opens (vmm.Config.PassFiles). A jailed VM's run directory is
+// the node's (state.json, the config disk chowned to QEMU's uid); QEMU
+// owns only its subdirectory "q" (sockets, serial log). Destroy and a
+// failed create remove the cgroup and free the uid. See jail.go.
+//
 // # Limits of this slice
 //
 // The upper layer is a tmpfs in the guest sized by Spec.DiskMB: what a
@@ -46,12 +67,16 @@
 // vmm.Config and its network namespace). Close leaves VMs running;
 // Recover re-adopts them through vmm.Adopt, checks the network manager
 // adopted their networks, and reconnects to their agents (the guest
-// reopens its port when the old connection ends).
+// reopens its port when the old connection ends), then sweeps what no
+// re-adopted VM owns: QEMU processes whose command line names a run
+// directory under StateDir, run directories, and the jail's cgroups
+// (sweep.go).
 package microvm
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -71,8 +96,12 @@ import (
 	"github.com/dsec-dev/dsec/internal/vmm"
 )
 
-// Tier is the tier's name.
-const Tier = "microvm"
+// Tier is the microvm tier's name, VMTier the vm tier's: one Runtime
+// type serves both, by Options.Machine.
+const (
+	Tier   = "microvm"
+	VMTier = "vm"
+)
 
 // Defaults of Options.
 const (
@@ -119,6 +148,12 @@ type Options struct {
 	// Nil means no network: a spec whose policy lets anything in or out
 	// is refused.
 	Network networks
+	// Machine is vmm.MicroVM (the default: the microvm tier) or vmm.Q35
+	// (the vm tier: SeaBIOS, ACPI, PCI virtio devices).
+	Machine vmm.Machine
+	// Jail runs each QEMU as an unprivileged user in a cgroup of its own;
+	// nil runs it as the node's user, in the node's cgroup (tests).
+	Jail *Jail
 }
 
 // Runtime is the microvm tier on one node. It is safe for concurrent use.
@@ -127,6 +162,8 @@ type Runtime struct {
 	log   *slog.Logger
 	accel atomic.Value // string: UseAccel's, over opt.Accel
 
+	kernels imageKernels // the vm tier's images' own kernels
+
 	bootMu  sync.Mutex // guards following fields
 	kernel  vmkernel.Kernel
 	initrd  string
@@ -134,6 +171,7 @@ type Runtime struct {
 
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*Sandbox
+	uids      map[uint32]string // the Jail's uids in use, by sandbox ID
 	closed    bool
 }
 
@@ -148,14 +186,35 @@ func New(ctx context.Context, opt Options) (*Runtime, error) {
 	if opt.BootTimeout == 0 {
 		opt.BootTimeout = DefaultBootTimeout
 	}
+	switch opt.Machine {
+	case "":
+		opt.Machine = vmm.MicroVM
+	case vmm.MicroVM, vmm.Q35:
+	default:
+		return nil, fmt.Errorf("microvm: machine %q is not %q or %q", opt.Machine, vmm.MicroVM, vmm.Q35)
+	}
 	if err := os.MkdirAll(opt.StateDir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Runtime{opt: opt, log: opt.Logger, sandboxes: map[string]*Sandbox{}}, nil
+	if opt.Jail != nil {
+		// QEMU's user reaches its own directory below (see Jail).
+		if err := os.Chmod(opt.StateDir, 0o711); err != nil {
+			return nil, err
+		}
+		if err := searchable(opt.StateDir); err != nil {
+			return nil, err
+		}
+	}
+	return &Runtime{opt: opt, log: opt.Logger, sandboxes: map[string]*Sandbox{}, uids: map[uint32]string{}}, nil
 }
 
-// Tier implements sandbox.Runtime.
-func (r *Runtime) Tier() string { return Tier }
+// Tier implements sandbox.Runtime: Tier, or VMTier for a q35 runtime.
+func (r *Runtime) Tier() string {
+	if r.opt.Machine == vmm.Q35 {
+		return VMTier
+	}
+	return Tier
+}
 
 // Capabilities implements sandbox.Runtime.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
@@ -164,7 +223,7 @@ func (r *Runtime) Capabilities() sandbox.Capabilities {
 
 // Fingerprint implements sandbox.Runtime.
 func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {
-	info := api.TierInfo{Name: Tier, Available: true, Accelerator: r.accelerator()}
+	info := api.TierInfo{Name: r.Tier(), Available: true, Accelerator: r.accelerator()}
 	bin := r.opt.QEMU
 	if bin == "" {
 		bin = "qemu-system-x86_64"

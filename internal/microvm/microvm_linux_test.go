@@ -47,6 +47,7 @@ type testWorld struct {
 	dir    string
 	cache  *layercache.Cache
 	layers []layerspec.Layer // base/busybox + toolkit/dsec-guest
+	store  *blobstore.Local  // the layers' files (tests may publish more)
 }
 
 var world testWorld
@@ -92,6 +93,7 @@ func (w *testWorld) init() error {
 	if err != nil {
 		return err
 	}
+	w.store = store
 	for _, name := range []string{builtin.Busybox, builtin.Guest} {
 		for _, spec := range builtin.Specs("test") {
 			if spec.Name != name {

@@ -34,6 +34,7 @@ type Sandbox struct {
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client
 	release   func() // the layers' references
+	unjail    func() // the cgroup and uid of the Jail (nil without)
 	destroyed bool
 }
 
@@ -61,7 +62,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	argv, err := sandbox.Argv(Tier, s.rt.Capabilities(), &req)
+	argv, err := sandbox.Argv(s.rt.Tier(), s.rt.Capabilities(), &req)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
@@ -98,8 +99,8 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		return nil
 	}
 	s.destroyed = true
-	c, release := s.client, s.release
-	s.client, s.release = nil, nil
+	c, release, unjail := s.client, s.release, s.unjail
+	s.client, s.release, s.unjail = nil, nil, nil
 	s.mu.Unlock()
 	if c != nil {
 		c.Close()
@@ -111,6 +112,9 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	}
 	if release != nil {
 		release()
+	}
+	if unjail != nil {
+		unjail() // kills whatever of QEMU is left in its cgroup
 	}
 	s.rt.mu.Lock()
 	if s.rt.sandboxes[s.id] == s {

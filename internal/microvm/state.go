@@ -56,7 +56,7 @@ func readState(dir string) (state, error) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return st, fmt.Errorf("%s: %w", stateFile, err)
 	}
-	if st.Pid <= 0 || st.VM.RunDir != dir || st.Spec.ID != filepath.Base(dir) {
+	if st.Pid <= 0 || st.VM.RunDir != dir && st.VM.RunDir != filepath.Join(dir, qemuDir) || st.Spec.ID != filepath.Base(dir) {
 		return st, fmt.Errorf("%s does not describe the VM of %s", stateFile, dir)
 	}
 	return st, nil
@@ -64,10 +64,12 @@ func readState(dir string) (state, error) {
 
 // Recover implements sandbox.Runtime: it re-adopts the VMs a previous run
 // left running (vmm.Adopt checks each pid is its run directory's QEMU),
-// reconnects to their agents and holds their layers again. A run
-// directory without a whole state file, whose QEMU is gone, or whose
-// agent does not answer is torn down. Errors are joined; the sandboxes
-// recovered are returned whatever failed.
+// reconnects to their agents and holds their layers, uids and cgroups
+// again. A run directory without a whole state file, whose QEMU is gone,
+// or whose agent does not answer is torn down; then every QEMU, run
+// directory and cgroup of this runtime that no recovered sandbox owns is
+// removed (sweepLeftovers). Errors are joined; the sandboxes recovered are
+// returned whatever failed.
 func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 	entries, err := os.ReadDir(r.opt.StateDir)
 	if err != nil {
@@ -90,16 +92,23 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 		}
 		out = append(out, sb)
 	}
+	live := map[string]bool{}
+	for _, sb := range out {
+		live[sb.ID()] = true
+	}
+	if err := r.sweepLeftovers(ctx, live); err != nil {
+		errs = append(errs, err)
+	}
 	if r.opt.Network != nil {
 		// What no adopted VM owns goes: namespaces, veths, nftables
 		// elements (for every runtime sharing the manager: see
 		// network.Shared). A failed sweep leaves strays, logged, and
 		// does not fail the recovery.
-		live := make([]string, len(out))
-		for i, sb := range out {
-			live[i] = sb.ID()
+		ids := make([]string, 0, len(out))
+		for _, sb := range out {
+			ids = append(ids, sb.ID())
 		}
-		if err := r.opt.Network.Recover(ctx, live); err != nil {
+		if err := r.opt.Network.Recover(ctx, ids); err != nil {
 			r.log.Error("sweeping networks no sandbox owns", "err", err)
 		}
 	}
@@ -137,9 +146,12 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		release()
 		return nil, errdefs.Wrap(errdefs.Unavailable, "agent_unreachable", err, "reconnecting to the agent of %s", st.Spec.ID)
 	}
-	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release}
+	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, unjail: r.rejail(st)}
 	r.mu.Lock()
 	r.sandboxes[sb.id] = sb
+	if u := st.VM.User; u != nil && r.opt.Jail != nil {
+		r.uids[u.UID] = sb.id
+	}
 	r.mu.Unlock()
 	return sb, nil
 }

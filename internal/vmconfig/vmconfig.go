@@ -39,6 +39,10 @@ type Config struct {
 	// /etc/resolv.conf.
 	Hosts  string `json:"hosts,omitempty"`
 	Resolv string `json:"resolv,omitempty"`
+	// Init lets the image's init system (/sbin/init, if it is systemd)
+	// run as PID 1, with the agent as a process beside it (the vm tier);
+	// otherwise the agent is PID 1.
+	Init bool `json:"init,omitempty"`
 	// Net, if set, configures the guest's virtio-net interface; without
 	// it the guest has only its loopback interface.
 	Net *Net `json:"net,omitempty"`

@@ -135,6 +135,9 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 			return fmt.Errorf("setting the host name: %w", err)
 		}
 	}
+	if init := systemInit(); cfg.Init && init != "" {
+		return g.handOver(cfg, agentPort, init)
+	}
 	l := newPortListener(agentPort)
 	g.say(fmt.Sprintf("%s devices=%dms root=%dms", g.readyLine(), g.devices.Milliseconds(), time.Since(start).Milliseconds()))
 	logger := slog.New(slog.NewTextHandler(g.console, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -23,6 +23,11 @@
 // connection ends and the port is reopened for the next). As PID 1, the
 // agent reaps every orphan.
 //
+// With vmconfig.Config.Init (the vm tier) and a root whose /sbin/init is
+// systemd, the init instead starts the agent as a process of its own
+// (dsec-guest AgentArg: a child subreaper) and executes /sbin/init, so
+// that systemd is PID 1 and boots the image's units (init_linux.go).
+//
 // The agent runs as root with every capability in the guest. Unlike a
 // container's agent, it is not what isolates the sandbox: the guest as a
 // whole is inside the trust boundary, and the VM is the isolation.
@@ -66,6 +71,16 @@ const (
 // card skips virtio_net and its dependencies (~30 ms of a TCG boot).
 var DeviceModules = map[string]string{
 	"virtio_net": "0x0001", "net_failover": "0x0001", "failover": "0x0001",
+}
+
+// AgentArg is dsec-guest's first argument in the agent process the init
+// starts beside the image's init system.
+const AgentArg = "vm-agent"
+
+// PCIModules are the virtio PCI transport's modules, loaded only when the
+// VM has a PCI bus (the vm tier's q35; microvm has none).
+var PCIModules = map[string]bool{
+	"virtio_pci": true, "virtio_pci_modern_dev": true, "virtio_pci_legacy_dev": true,
 }
 
 // moduleName is the module name of a .ko path ("/lib/modules/r/virtio_net.ko"

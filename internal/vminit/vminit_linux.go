@@ -119,7 +119,8 @@ func (g *guest) say(line string) {
 
 // loadModules loads the modules ModulesList names, in its order. A module
 // already loaded (or built in) is not an error. A module of
-// DeviceModules is skipped when the VM has no virtio device of its type
+// DeviceModules is skipped when the VM has no virtio device of its type,
+// one of PCIModules when it has no PCI bus
 // (the modules before it in the list, virtio_mmio among them, have
 // registered the VM's devices by then).
 func loadModules() (int, error) {
@@ -132,7 +133,11 @@ func loadModules() (int, error) {
 	}
 	n := 0
 	var devices map[string]bool // virtio device IDs, read when first needed
+	pci := hasPCI()
 	for _, p := range parseModulesList(string(b)) {
+		if PCIModules[moduleName(p)] && !pci {
+			continue
+		}
 		if id, ok := DeviceModules[moduleName(p)]; ok {
 			if devices == nil {
 				devices = virtioDevices()
@@ -153,6 +158,12 @@ func loadModules() (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// hasPCI reports whether the VM has PCI devices (/sys/bus/pci/devices).
+func hasPCI() bool {
+	devs, _ := filepath.Glob("/sys/bus/pci/devices/*")
+	return len(devs) > 0
 }
 
 // virtioDevices returns the IDs of the VM's virtio devices

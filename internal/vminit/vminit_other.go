@@ -12,3 +12,8 @@ import (
 func Run(version string) error {
 	return fmt.Errorf("vminit: %w", errdefs.ErrNotSupported)
 }
+
+// AgentMain is the agent beside a VM guest's init system; Linux only.
+func AgentMain(args []string) error {
+	return fmt.Errorf("vminit: %w", errdefs.ErrNotSupported)
+}

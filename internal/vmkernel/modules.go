@@ -13,7 +13,7 @@ import (
 // depends= is added before it). crc32c_generic is listed for libcrc32c,
 // which only asks for "crc32c" at run time; without it erofs fails to load.
 var GuestModules = []string{
-	"virtio_ring", "virtio", "virtio_mmio", "virtio_blk", "virtio_console", "virtio_net",
+	"virtio_ring", "virtio", "virtio_mmio", "virtio_pci", "virtio_blk", "virtio_console", "virtio_net",
 	"crc32c_generic", "libcrc32c", "erofs", "overlay",
 }
 

@@ -22,13 +22,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
 // recipe is the version of what Fetch makes of a package; a change to
-// the conversion or the module set bumps it, and older cache entries are
-// ignored.
-const recipe = 1
+// the conversion or the module set bumps it. Entries of recipe 2 on live
+// under kernel/r<recipe>/, so nodes (and test runs) of different recipes
+// sharing one cache directory do not replace each other's entries; older
+// ones are ignored.
+const recipe = 2
 
 // Kernel is a cached guest kernel. It is a value; the files it names are
 // never modified once cached.
@@ -69,7 +72,7 @@ type Module struct {
 func (k Kernel) VmlinuxPath() string { return filepath.Join(k.Dir, k.Vmlinux.Path) }
 
 // Fetch returns the guest kernel of the package the host's apt index
-// currently names, from the cache in cacheDir/kernel/<deb sha256> if it is
+// currently names, from the cache in cacheDir/kernel/r<recipe>/<deb sha256> if it is
 // there and intact, else downloaded (refreshing the apt index once if the
 // package cannot be found or fetched), converted and cached. The lookup
 // reads only the local apt index, so a cached kernel needs no network.
@@ -91,7 +94,7 @@ func Fetch(ctx context.Context, cacheDir string, log *slog.Logger) (Kernel, erro
 	if err != nil {
 		return Kernel{}, fmt.Errorf("finding the guest kernel: %w", err)
 	}
-	dir := filepath.Join(cacheDir, "kernel", pkg.SHA256)
+	dir := filepath.Join(cacheDir, "kernel", "r"+strconv.Itoa(recipe), pkg.SHA256)
 	if k, err := loadKernel(dir); err == nil {
 		return k, nil
 	}

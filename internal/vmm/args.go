@@ -44,9 +44,9 @@ func (c *Config) Args() []string {
 	add("-chardev", sock("qmp", QMPSocket), "-mon", "chardev=qmp,mode=control")
 	add("-chardev", sock("serial0", SerialSocket), "-serial", "chardev:serial0")
 	if c.Kernel != "" {
-		add("-kernel", c.Kernel)
+		add("-kernel", c.file(c.Kernel))
 		if c.Initrd != "" {
-			add("-initrd", c.Initrd)
+			add("-initrd", c.file(c.Initrd))
 		}
 		if c.Cmdline != "" {
 			add("-append", c.Cmdline)
@@ -54,11 +54,11 @@ func (c *Config) Args() []string {
 	}
 	for i, d := range c.Disks {
 		id := "ro" + strconv.Itoa(i)
-		add("-drive", "id="+id+",file="+escape(d.Path)+",format=raw,if=none,readonly=on")
+		add("-drive", "id="+id+",file="+escape(c.file(d.Path))+",format=raw,if=none,readonly=on")
 		add("-device", "virtio-blk"+bus+",drive="+id+serialOpt(d))
 	}
 	if c.Writable != nil {
-		add("-drive", "id=rw0,file="+escape(c.Writable.Path)+",format=raw,if=none,discard=unmap")
+		add("-drive", "id=rw0,file="+escape(c.file(c.Writable.Path))+",format=raw,if=none,discard=unmap")
 		add("-device", "virtio-blk"+bus+",drive=rw0"+serialOpt(*c.Writable))
 	}
 	if c.Agent {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -108,12 +109,32 @@ type Config struct {
 	// status "prelaunch") instead of starting it.
 	Paused bool
 
+	// User, if set, is the uid and gid QEMU runs as (set before it
+	// executes), with no supplementary groups but User.Groups. RunDir
+	// must be writable to it and every disk, kernel and initrd readable.
+	User *User `json:",omitempty"`
+
+	// PassFiles makes Start open Kernel, Initrd and the disks itself and
+	// hand them to QEMU as inherited descriptors, named /proc/self/fd/<n>
+	// on its command line (FileFDs): QEMU then needs no search permission
+	// on their directories, only the files' own modes (readable, or
+	// writable for Writable, by User).
+	PassFiles bool `json:",omitempty"`
+
 	// Binary is the QEMU executable; empty means "qemu-system-x86_64"
 	// from PATH.
 	Binary string
 	// ShutdownGrace is how long Shutdown waits for the guest to power off
 	// after an ACPI power button press; zero means 3 s.
 	ShutdownGrace time.Duration
+}
+
+// User is an unprivileged identity for QEMU (Config.User).
+type User struct {
+	UID, GID uint32
+	// Groups are the only supplementary groups (e.g. /dev/kvm's group
+	// when the VM uses KVM); empty means none.
+	Groups []uint32 `json:",omitempty"`
 }
 
 // Error codes of invalid configurations (class errdefs.Invalid).
@@ -213,6 +234,9 @@ func (c *Config) Validate() error {
 			return invalid("socket path %s is longer than %d bytes", p, maxSocketPath)
 		}
 	}
+	if c.User != nil && (c.User.UID == 0 || c.User.GID == 0) {
+		return invalid("user %d:%d: QEMU is not run as root through User", c.User.UID, c.User.GID)
+	}
 	if c.SerialLogMax < 0 {
 		return invalid("negative serial log cap")
 	}
@@ -221,6 +245,45 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// passedFiles are the paths Start opens and passes with PassFiles, in
+// descriptor order from firstPassedFD, and whether each is opened for
+// writing.
+func (c *Config) passedFiles() (paths []string, write []bool) {
+	add := func(p string, w bool) {
+		if p != "" {
+			paths, write = append(paths, p), append(write, w)
+		}
+	}
+	add(c.Kernel, false)
+	add(c.Initrd, false)
+	for _, d := range c.Disks {
+		add(d.Path, false)
+	}
+	if c.Writable != nil {
+		add(c.Writable.Path, true)
+	}
+	return paths, write
+}
+
+// file is how QEMU's command line names path: itself, or with PassFiles
+// the descriptor Start passes it as.
+func (c *Config) file(path string) string {
+	if !c.PassFiles {
+		return path
+	}
+	paths, _ := c.passedFiles()
+	for i, p := range paths {
+		if p == path {
+			return "/proc/self/fd/" + strconv.Itoa(c.firstPassedFD()+i)
+		}
+	}
+	return path
+}
+
+// firstPassedFD is the descriptor of the first passed file in QEMU: 3,
+// or 4 when the tap (TapFD) takes 3.
+func (c *Config) firstPassedFD() int { return tapFD + btoi(c.TapFD) }
 
 func btoi(b bool) int {
 	if b {

@@ -32,5 +32,11 @@
 // fork/exec, no resource-control calls), -nodefaults -no-user-config (only
 // the devices asked for), and no network unless a tap is given. The serial
 // console goes through a socket into a log capped on disk (a guest may
-// flood its console: catalogue A44).
+// flood its console: catalogue A44). Config.User runs QEMU as an
+// unprivileged uid and gid with only the supplementary groups given;
+// Config.PassFiles hands it the kernel, initrd and disks as inherited
+// descriptors (/proc/self/fd/<n>), so it needs no access to their
+// directories; Config.Paused with VM.Cont lets the caller move QEMU into
+// a cgroup before the guest's first instruction. The serial log is never
+// opened through a symbolic link (RunDir may be QEMU's user's).
 package vmm

@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 )
 
 // cappedLog is a log file that never holds more than max bytes on disk:
@@ -20,16 +21,17 @@ type cappedLog struct {
 	n    int64 // bytes in f
 }
 
-// openCappedLog creates the log at path, or with keep opens it to go on
+// openCappedLog creates the log at path (never through a symbolic link:
+// RunDir may belong to QEMU's unprivileged user, Config.User), or with keep opens it to go on
 // writing after what it holds (an adopted VM's log).
 func openCappedLog(path string, max int64, keep bool) (*cappedLog, error) {
 	half := max / 2
 	if half < 1 {
 		half = 1
 	}
-	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | syscall.O_NOFOLLOW
 	if keep {
-		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND | syscall.O_NOFOLLOW
 	}
 	f, err := os.OpenFile(path, flags, 0o640)
 	if err != nil {
@@ -73,7 +75,7 @@ func (l *cappedLog) rotate() error {
 	if err := os.Rename(l.path, l.path+".1"); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o640)
 	if err != nil {
 		return err
 	}

@@ -109,10 +109,28 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	cmd.Stderr = errs
 	cmd.SysProcAttr = sysProcAttr()
 	if cfg.TapFD {
+		// The tap is fd 3; passed files follow it (Config.file).
 		if cfg.TapFile == nil {
 			return nil, invalid("TapFD without a TapFile")
 		}
 		cmd.ExtraFiles = []*os.File{cfg.TapFile}
+	}
+	if u := cfg.User; u != nil {
+		// setgroups(Groups), setgid, setuid, then exec: QEMU never runs
+		// a root instruction of its own.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: append([]uint32{}, u.Groups...)}
+	}
+	if cfg.PassFiles {
+		files, err := openPassed(&cfg)
+		if err != nil {
+			return nil, errdefs.Wrap(errdefs.Unavailable, CodeStartFailed, err, "opening the files of %s", cfg.label())
+		}
+		defer func() { // QEMU holds its copies
+			for _, f := range files {
+				f.Close()
+			}
+		}()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, files...)
 	}
 	var times StartTimes
 	if err := cmd.Start(); err != nil {
@@ -172,6 +190,27 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	vm.Started = times
 	cu.Release()
 	return vm, nil
+}
+
+// openPassed opens the files cfg.PassFiles hands to QEMU.
+func openPassed(cfg *Config) ([]*os.File, error) {
+	paths, write := cfg.passedFiles()
+	var files []*os.File
+	for i, p := range paths {
+		flag := os.O_RDONLY
+		if write[i] {
+			flag = os.O_RDWR
+		}
+		f, err := os.OpenFile(p, flag|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
 }
 
 // dialQMP connects to the QMP socket QEMU creates during its start,
@@ -405,6 +444,20 @@ func (vm *VM) Shutdown(ctx context.Context) error {
 		}
 	}
 	return vm.kill()
+}
+
+// Cont lets the guest of a VM started with Config.Paused run (QMP
+// "cont"): the caller has done what had to precede the guest's first
+// instruction, such as moving QEMU into its cgroup.
+func (vm *VM) Cont(ctx context.Context) error {
+	q := vm.QMP()
+	if q == nil {
+		return errdefs.New(errdefs.Unavailable, CodeStartFailed, "%s has no qmp connection", vm.cfg.label())
+	}
+	if err := q.Execute(ctx, "cont", nil, nil); err != nil {
+		return errdefs.Wrap(errdefs.Unavailable, CodeStartFailed, err, "starting the guest of %s", vm.cfg.label())
+	}
+	return nil
 }
 
 // Release forgets the VM without stopping it: QMP, the serial copy and the

@@ -176,6 +176,8 @@ def dsec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DSecServer
         'name = "dpy"\nnetwork_range = "10.86.0.0/16"\ncgroup_parent = "dsec-pytest"\nnetwork_pool = 8\n'
         # The guest kernel cache of the Go tests: fetched once per machine.
         f'[microvm]\ncache_dir = "{Path(tempfile.gettempdir()) / "dsec-test-vmkernel"}"\n'
+        # QEMU cgroups of its own too (a node's start-up sweeps its parents).
+        'cgroup_parent = "dsec-pytest-microvm"\n[vm]\ncgroup_parent = "dsec-pytest-vm"\n'
     )
     with open(log, "wb") as logf:
         proc = subprocess.Popen(

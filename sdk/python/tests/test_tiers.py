@@ -1,7 +1,8 @@
 """One parameter switches the substrate: the same script on the function,
-container and microvm tiers, against a real `dsec up` (conftest.py gives
-it a [microvm] section over the shared guest kernel cache). The microvm
-case boots one VM (a few seconds under TCG)."""
+container, microvm and vm tiers, against a real `dsec up` (conftest.py
+gives it a [microvm] section over the shared guest kernel cache; the vm
+tier shares it). The microvm and vm cases boot one VM each (a few seconds
+under TCG)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from conftest import Conn, DSecServer
 
 from libdsec import Sandbox
 
-TIERS = ["function", "container", "microvm"]
+TIERS = ["function", "container", "microvm", "vm"]
 
 
 def qemu_under(data_dir: Path) -> list[str]:
@@ -42,8 +43,8 @@ def script(sb: Sandbox) -> tuple[str, str, str]:
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_one_parameter_switches_the_substrate(tier: str, conn: Conn, labels: dict[str, str]) -> None:
-    if tier == "microvm" and shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("the microvm tier needs QEMU (Debian qemu-system-x86)")
+    if tier in ("microvm", "vm") and shutil.which("qemu-system-x86_64") is None:
+        pytest.skip(f"the {tier} tier needs QEMU (Debian qemu-system-x86)")
     with Sandbox.create(tier=tier, metadata=labels, **conn) as sb:
         assert sb.get_info().tier == tier
         assert script(sb) == ("same script\n", "one parameter\n", "one parameter\n")
