@@ -15,6 +15,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // outsideHost is a host beyond the node that a sandbox's policy may let
@@ -90,6 +91,7 @@ func newOutsideHost(t *testing.T) *outsideHost {
 // and removes the pair when the test ends.
 func hostVeth(t *testing.T, name string, peerNS any, ip string, bits int) netlink.Link {
 	t.Helper()
+	testenv.LockHostNet(t)
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p", PeerNamespace: peerNS}
 	if err := netlink.LinkAdd(veth); err != nil {
 		t.Fatalf("adding %s: %v", name, err)

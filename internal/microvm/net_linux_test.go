@@ -21,6 +21,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // The network tests' names: a Manager name and range of this process's
@@ -138,6 +139,7 @@ func newNetRuntime(t *testing.T, e *netEnv) (*Runtime, string) {
 // from a sandbox.
 func outsideHost(t *testing.T) {
 	t.Helper()
+	testenv.LockHostNet(t)
 	name := fmt.Sprintf("mvo%04x", os.Getpid()&0xffff)
 	ns, err := sys.NewNetns(nil)
 	if err != nil {

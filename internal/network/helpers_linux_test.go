@@ -218,6 +218,7 @@ const udpPort = 9999
 func newWorld(t testing.TB) *world {
 	t.Helper()
 	needRoot(t)
+	testenv.LockHostNet(t)
 	w := &world{t: t}
 	var err error
 	w.inet, err = sys.NewNetns(func() error {
