@@ -63,6 +63,13 @@ type Options struct {
 	// the bounding set is per thread and commands inherit the forking
 	// thread's. nil forks on whatever thread the call runs on.
 	Fork func(fork func() (int, error)) (int, error)
+	// Phases makes the agent apply phases' in-sandbox parts itself
+	// (agentproto.OpPhase, announced as CapPhase): kill every other
+	// process, make the root read-only but for the writable paths. Only
+	// a microVM guest's agent sets it: it owns the whole guest, and the
+	// guest is inside the trust boundary. A container's agent leaves it
+	// unset and refuses the operation (its host applies phases).
+	Phases bool
 }
 
 // Peer is a connection's peer as SO_PEERCRED reports it, translated into

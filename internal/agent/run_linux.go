@@ -41,6 +41,11 @@ type agent struct {
 	started time.Time
 	conns   atomic.Int32
 
+	phaseMu sync.Mutex // guards writable; orders phase changes (OpPhase)
+	// writable are the last phase's writable paths, bound writable
+	// (nil: the whole root is).
+	writable []string
+
 	mu    sync.Mutex    // guards following fields
 	procs map[int]*proc // processes started by this agent and not forgotten
 }
@@ -228,6 +233,8 @@ func (a *agent) handle(c *agentproto.Call) {
 		a.rename(c)
 	case agentproto.OpStats:
 		c.Reply(a.stats(), nil)
+	case agentproto.OpPhase:
+		a.phase(c)
 	default:
 		c.Reply(nil, errdefs.New(errdefs.Unsupported, "unknown_op", "the agent has no %q operation", c.Op))
 	}
@@ -241,13 +248,17 @@ func (a *agent) hello(c *agentproto.Call) {
 	}
 	// The agent answers with its own version whatever the node speaks;
 	// the node decides whether it can talk to it.
+	caps := []string{
+		agentproto.CapExec, agentproto.CapProcesses, agentproto.CapPTY,
+		agentproto.CapAttach, agentproto.CapFiles, agentproto.CapStats,
+	}
+	if a.opt.Phases {
+		caps = append(caps, agentproto.CapPhase)
+	}
 	c.Reply(agentproto.Hello{
 		Protocol:     agentproto.Protocol,
 		AgentVersion: a.opt.Version,
 		Pid:          os.Getpid(),
-		Capabilities: []string{
-			agentproto.CapExec, agentproto.CapProcesses, agentproto.CapPTY,
-			agentproto.CapAttach, agentproto.CapFiles, agentproto.CapStats,
-		},
+		Capabilities: caps,
 	}, nil)
 }

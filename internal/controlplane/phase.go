@@ -152,9 +152,17 @@ func (m *Manager) Integrity(ctx context.Context, owner, id string) (api.Integrit
 	if r.Phases == nil {
 		r.Phases = []api.PhaseChange{}
 	}
+	r.GuestEnforced = []string{}
 	for _, n := range m.view.list() {
-		if n.ID == rec.Node {
-			r.Monitored = n.Monitor == "on"
+		if n.ID != rec.Node {
+			continue
+		}
+		r.Monitored = n.Monitor == "on"
+		for _, t := range n.Tiers {
+			if t.Name == rec.Tier {
+				r.Monitored = r.Monitored && !t.GuestKernel
+				r.GuestEnforced = append(r.GuestEnforced, t.GuestEnforced...)
+			}
 		}
 	}
 	byRule := map[string]*api.RuleCount{}

@@ -123,6 +123,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	r.log.Debug("microvm ready", "id", spec.ID, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
 	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, client: client, release: release, timing: tm}
+	if err := sb.startPhase(ctx); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -147,8 +150,10 @@ func (r *Runtime) check(spec sandbox.Spec) error {
 	if spec.Network != nil && spec.Network.Egress != "" && spec.Network.Egress != "none" || spec.Network != nil && len(spec.Network.Allow) > 0 {
 		return sandbox.Unsupported(Tier, "network egress")
 	}
-	if len(spec.Phases) > 0 {
-		return sandbox.Unsupported(Tier, "phases")
+	for _, p := range spec.Phases {
+		if err := checkPhaseEnforceable(spec, p); err != nil {
+			return err
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -140,12 +140,13 @@ func (r *Runtime) Tier() string { return Tier }
 
 // Capabilities implements sandbox.Runtime.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, FileRoot: "/", OwnRoot: true}
+	return sandbox.Capabilities{Shell: true, Processes: true, PTY: true, FileRoot: "/", OwnRoot: true}
 }
 
 // Fingerprint implements sandbox.Runtime.
 func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {
-	info := api.TierInfo{Name: Tier, Available: true, Accelerator: r.accelerator()}
+	info := api.TierInfo{Name: Tier, Available: true, Accelerator: r.accelerator(),
+		GuestKernel: true, GuestEnforced: sandbox.GuestPhaseParts()}
 	bin := r.opt.QEMU
 	if bin == "" {
 		bin = "qemu-system-x86_64"

@@ -17,7 +17,13 @@ import (
 // guest keeps nothing worth a clean shutdown: its root is a tmpfs.
 const shutdownGrace = 100 * time.Millisecond
 
-// Sandbox is one microVM sandbox.
+var (
+	_ sandbox.Sandbox       = (*Sandbox)(nil)
+	_ sandbox.ProcessRunner = (*Sandbox)(nil)
+	_ sandbox.Phaser        = (*Sandbox)(nil)
+)
+
+// Sandbox is one microVM sandbox. It is safe for concurrent use.
 type Sandbox struct {
 	id   string
 	rt   *Runtime
@@ -26,6 +32,9 @@ type Sandbox struct {
 	vm   *vmm.VM
 	// timing is its Create's (zero if recovered).
 	timing Timing
+
+	phaseMu sync.RWMutex // guards phase; held by SetPhase throughout
+	phase   *api.Phase   // the current phase (nil without phases)
 
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client
@@ -57,18 +66,92 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	argv, err := sandbox.Argv(Tier, s.rt.Capabilities(), &req)
+	ar, phase, err := s.agentExec(&req)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
 	out := agentproto.OutputTo(req.Stdout, req.Stderr)
-	return c.Exec(ctx, agentproto.ExecRequestFrom(argv, req), out)
+	res, err := c.Exec(ctx, ar, out)
+	res.Phase = phase
+	return res, err
 }
 
-// Stats implements sandbox.Sandbox with what the agent measures in the
-// guest (this slice has no host-side measure of a VM).
+// agentExec is req for the agent, run as the current phase's user with
+// its capabilities (as the container tier's), and the phase's name.
+func (s *Sandbox) agentExec(req *sandbox.ExecRequest) (agentproto.ExecRequest, string, error) {
+	argv, err := sandbox.Argv(Tier, s.rt.Capabilities(), req)
+	if err != nil {
+		return agentproto.ExecRequest{}, "", err
+	}
+	ar := agentproto.ExecRequestFrom(argv, *req)
+	s.phaseMu.RLock()
+	p := s.phase
+	s.phaseMu.RUnlock()
+	ar.User = agentproto.CommandUser(s.spec, p)
+	name := ""
+	if p != nil {
+		name = p.Name
+	}
+	return ar, name, nil
+}
+
+// StartProcess implements sandbox.ProcessRunner: the guest's agent runs
+// the process, as the container's does.
+func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+	if _, err := s.agent(); err != nil {
+		return nil, err
+	}
+	ar, _, err := s.agentExec(&req)
+	if err != nil {
+		return nil, err
+	}
+	p, err := agentproto.StartProcess(ctx, s.agent, ar)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// StartPTY starts req in the background on a new pseudo-terminal of
+// rows×cols in the guest (stdout and stderr merged); the process
+// resizes it with Resize.
+func (s *Sandbox) StartPTY(ctx context.Context, req sandbox.ExecRequest, rows, cols uint16) (agentproto.Process, error) {
+	if _, err := s.agent(); err != nil {
+		return agentproto.Process{}, err
+	}
+	ar, _, err := s.agentExec(&req)
+	if err != nil {
+		return agentproto.Process{}, err
+	}
+	ar.PTY = &agentproto.PTYSize{Rows: rows, Cols: cols}
+	return agentproto.StartProcess(ctx, s.agent, ar)
+}
+
+// Processes implements sandbox.ProcessRunner.
+func (s *Sandbox) Processes() []api.Process { return agentproto.ListProcesses(s.agent) }
+
+// Process implements sandbox.ProcessRunner.
+func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
+	p, err := agentproto.LookupProcess(s.agent, pid)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Stats implements sandbox.Sandbox. The host measures QEMU's process:
+// HostMemoryBytes is its resident memory (the guest's touched pages and
+// QEMU's own), CPUSeconds its CPU time (every vCPU's). The guest's agent
+// reports the guest's view: MemoryBytes and MemoryLimitBytes are the
+// guest's used and total memory, Processes its process count; it is
+// informative only (the guest may lie about itself, never about the
+// host's figures).
 func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 	c, err := s.agent()
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	u, err := s.vm.Usage()
 	if err != nil {
 		return sandbox.Stats{}, err
 	}
@@ -79,7 +162,9 @@ func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 	return sandbox.Stats{
 		MemoryBytes:      st.MemTotalBytes - st.MemAvailableBytes,
 		MemoryLimitBytes: st.MemTotalBytes,
+		CPUSeconds:       u.CPUSeconds,
 		Processes:        st.Processes,
+		HostMemoryBytes:  u.RSSBytes,
 	}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
@@ -30,6 +31,8 @@ type state struct {
 	Spec sandbox.Spec `json:"spec"`
 	Pid  int          `json:"pid"`
 	VM   vmm.Config   `json:"vm"`
+	// Phase is the current phase (nil without phases).
+	Phase *api.Phase `json:"phase,omitempty"`
 }
 
 // writeState writes dir's state file, whole (through a rename).
@@ -113,7 +116,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		release()
 		return nil, errdefs.Wrap(errdefs.Unavailable, "agent_unreachable", err, "reconnecting to the agent of %s", st.Spec.ID)
 	}
-	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, client: client, release: release}
+	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, client: client, release: release, phase: st.Phase}
 	r.mu.Lock()
 	r.sandboxes[sb.id] = sb
 	r.mu.Unlock()

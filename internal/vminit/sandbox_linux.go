@@ -140,6 +140,8 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		Logger:     logger,
 		Version:    g.version,
 		DefaultEnv: append([]string{agent.DefaultPath}, cfg.Env...),
+		// The guest is the sandbox: its agent applies phases inside it.
+		Phases: true,
 	})
 	if err == nil {
 		err = errors.New("the agent stopped")
