@@ -148,25 +148,36 @@ func noRoot() error {
 }
 
 // setWritable makes only writable (nil: everything) writable in the
-// root, after the earlier phase's.
+// root, after the earlier phase's. The earlier phase's binds go first:
+// the new paths are checked without them (a path under one of them
+// would cross its mount, and a symlink made in the earlier phase is seen
+// as what it is). A new path that does not check restores the earlier
+// binds; a failure past that leaves the root read-only with nothing
+// writable (fail closed).
 // Preconditions: a.phaseMu must be held.
 func (a *agent) setWritable(writable []string) error {
-	whole := sandbox.WholeRootWritable(api.Phase{Writable: writable})
-	if !whole {
+	if slices.Equal(a.writable, writable) && (a.writable == nil) == (writable == nil) {
+		return nil
+	}
+	for _, w := range a.writable {
+		if w != "/" {
+			if err := sys.UnmountPath(w); err != nil {
+				return a.failClosed(err)
+			}
+		}
+	}
+	if !sandbox.WholeRootWritable(api.Phase{Writable: writable}) {
 		for _, w := range writable {
 			if err := sys.CheckBindable(w); err != nil {
+				if rerr := a.bind(a.writable); rerr != nil {
+					return a.failClosed(rerr)
+				}
 				return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", err, "writable path %s", w)
 			}
 		}
 	}
-	if slices.Equal(a.writable, writable) && (a.writable == nil) == (writable == nil) {
-		return nil
-	}
-	err := a.rebind(writable, whole)
-	if err != nil {
-		// Fail closed: nothing stays writable that should not.
-		_ = sys.SetRootReadOnly(true)
-		return errdefs.Wrap(errdefs.Internal, "phase_writable_failed", err, "applying the writable paths")
+	if err := a.bind(writable); err != nil {
+		return a.failClosed(err)
 	}
 	a.writable = slices.Clone(writable)
 	if writable != nil && a.writable == nil {
@@ -175,20 +186,14 @@ func (a *agent) setWritable(writable []string) error {
 	return nil
 }
 
-// rebind replaces the earlier phase's writable binds with writable's.
-// Preconditions: a.phaseMu must be held.
-func (a *agent) rebind(writable []string, whole bool) error {
-	for _, w := range a.writable {
-		if w != "/" {
-			if err := sys.UnmountPath(w); err != nil {
-				return err
-			}
-		}
-	}
+// bind makes the root writable, then, unless writable leaves all of it
+// so, binds each path writable and makes the root read-only.
+// Preconditions: a.phaseMu must be held; no path is bound.
+func (a *agent) bind(writable []string) error {
 	if err := sys.SetRootReadOnly(false); err != nil {
 		return err
 	}
-	if whole {
+	if sandbox.WholeRootWritable(api.Phase{Writable: writable}) {
 		return nil
 	}
 	for _, w := range writable {
@@ -197,4 +202,18 @@ func (a *agent) rebind(writable []string, whole bool) error {
 		}
 	}
 	return sys.SetRootReadOnly(true)
+}
+
+// failClosed leaves the root read-only with nothing writable and returns
+// err as the phase change's.
+// Preconditions: a.phaseMu must be held.
+func (a *agent) failClosed(err error) error {
+	for _, w := range a.writable {
+		if w != "/" {
+			_ = sys.UnmountPath(w)
+		}
+	}
+	_ = sys.SetRootReadOnly(true)
+	a.writable = []string{}
+	return errdefs.Wrap(errdefs.Internal, "phase_writable_failed", err, "applying the writable paths")
 }
