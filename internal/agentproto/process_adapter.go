@@ -17,15 +17,16 @@ type Process struct {
 
 var _ sandbox.Process = Process{}
 
-// StartProcess starts req in the background on the agent.
-func StartProcess(ctx context.Context, agent func() (*Client, error), req ExecRequest) (Process, error) {
+// StartProcess starts req in the background on the agent; the process
+// is a Process.
+func StartProcess(ctx context.Context, agent func() (*Client, error), req ExecRequest) (sandbox.Process, error) {
 	c, err := agent()
 	if err != nil {
-		return Process{}, err
+		return nil, err
 	}
 	p, err := c.Start(ctx, req)
 	if err != nil {
-		return Process{}, err
+		return nil, err
 	}
 	return Process{Agent: agent, Pid: p.Pid}, nil
 }
@@ -41,15 +42,15 @@ func ListProcesses(agent func() (*Client, error)) []api.Process {
 	return ps
 }
 
-// LookupProcess returns the agent's process pid, or its error (NotFound
-// for an unknown pid).
-func LookupProcess(agent func() (*Client, error), pid int) (Process, error) {
+// LookupProcess returns the agent's process pid (a Process), or its
+// error (NotFound for an unknown pid).
+func LookupProcess(agent func() (*Client, error), pid int) (sandbox.Process, error) {
 	c, err := agent()
 	if err != nil {
-		return Process{}, err
+		return nil, err
 	}
 	if _, err := c.Process(context.Background(), pid); err != nil {
-		return Process{}, err
+		return nil, err
 	}
 	return Process{Agent: agent, Pid: pid}, nil
 }

@@ -93,11 +93,7 @@ func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sa
 	if err != nil {
 		return nil, err
 	}
-	p, err := agentproto.StartProcess(ctx, s.agent, ar)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return agentproto.StartProcess(ctx, s.agent, ar)
 }
 
 // Processes implements sandbox.ProcessRunner.
@@ -105,11 +101,7 @@ func (s *Sandbox) Processes() []api.Process { return agentproto.ListProcesses(s.
 
 // Process implements sandbox.ProcessRunner.
 func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
-	p, err := agentproto.LookupProcess(s.agent, pid)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return agentproto.LookupProcess(s.agent, pid)
 }
 
 // Stats implements sandbox.Sandbox, from the host's view of the sandbox

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/vmm"
 )
@@ -76,7 +77,7 @@ func TestAdversarial(t *testing.T) {
 		}
 		// Control: the size before the resize is the one started with.
 		time.Sleep(300 * time.Millisecond)
-		if err := p.Resize(ctx, 40, 100); err != nil {
+		if err := p.(agentproto.Process).Resize(ctx, 40, 100); err != nil {
 			t.Fatalf("Resize: %v", err)
 		}
 		if err := p.WriteStdin(ctx, []byte("\n")); err != nil {

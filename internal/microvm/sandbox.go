@@ -105,23 +105,19 @@ func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sa
 	if err != nil {
 		return nil, err
 	}
-	p, err := agentproto.StartProcess(ctx, s.agent, ar)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return agentproto.StartProcess(ctx, s.agent, ar)
 }
 
 // StartPTY starts req in the background on a new pseudo-terminal of
-// rows×cols in the guest (stdout and stderr merged); the process
-// resizes it with Resize.
-func (s *Sandbox) StartPTY(ctx context.Context, req sandbox.ExecRequest, rows, cols uint16) (agentproto.Process, error) {
+// rows×cols in the guest (stdout and stderr merged). The process is an
+// agentproto.Process, whose Resize resizes the terminal.
+func (s *Sandbox) StartPTY(ctx context.Context, req sandbox.ExecRequest, rows, cols uint16) (sandbox.Process, error) {
 	if _, err := s.agent(); err != nil {
-		return agentproto.Process{}, err
+		return nil, err
 	}
 	ar, _, err := s.agentExec(&req)
 	if err != nil {
-		return agentproto.Process{}, err
+		return nil, err
 	}
 	ar.PTY = &agentproto.PTYSize{Rows: rows, Cols: cols}
 	return agentproto.StartProcess(ctx, s.agent, ar)
@@ -132,11 +128,7 @@ func (s *Sandbox) Processes() []api.Process { return agentproto.ListProcesses(s.
 
 // Process implements sandbox.ProcessRunner.
 func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
-	p, err := agentproto.LookupProcess(s.agent, pid)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return agentproto.LookupProcess(s.agent, pid)
 }
 
 // Stats implements sandbox.Sandbox. The host measures QEMU's process:
