@@ -179,3 +179,18 @@ func TestPhaseSpecRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestFingerprintOversight checks what the tier tells the control plane
+// for integrity reports: its commands run on a guest kernel (so the
+// node's monitor never counts as watching them), and which parts of a
+// phase the guest applies.
+func TestFingerprintOversight(t *testing.T) {
+	r := &Runtime{sandboxes: map[string]*Sandbox{}}
+	info := r.Fingerprint(context.Background())
+	if !info.GuestKernel || !slices.Equal(info.GuestEnforced, []string{"writable", "user", "capabilities", "processes"}) {
+		t.Errorf("Fingerprint = %+v", info)
+	}
+	if c := r.Capabilities(); !c.Processes || !c.PTY {
+		t.Errorf("Capabilities = %+v: want processes and PTY", c)
+	}
+}
