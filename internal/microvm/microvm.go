@@ -19,13 +19,25 @@
 // what was built, through a cleanup stack: QEMU, its run directory, the
 // layer references.
 //
-// # Limits of this first slice
+// # Phases, processes, stats
+//
+// Phases (phase.go): the host applies a phase's network; the guest's
+// agent applies the rest (agentproto.OpPhase: kill every other process,
+// read-only root but for the writable paths; user and capabilities are
+// passed with each exec, root's capabilities limited by SECBIT_NOROOT).
+// The guest is inside the trust boundary (the VM is the isolation), and
+// the integrity report names these parts guest-enforced. A phase's
+// allowed executables and limits cannot be enforced on a VM and are
+// refused. Background processes and PTYs go through the same agent calls
+// as the container tier's. Stats mixes the host's measures of QEMU's
+// process (HostMemoryBytes, CPUSeconds) with the guest's own view
+// (MemoryBytes, MemoryLimitBytes, Processes).
+//
+// # Limits
 //
 // The upper layer is a tmpfs in the guest sized by Spec.DiskMB: what a
-// sandbox writes counts against its memory. There is no network (a policy
-// with egress is refused), no phases, no background processes or PTYs
-// (Capabilities.Processes is false), and Stats reports what the agent
-// measures inside the guest.
+// sandbox writes counts against its memory. There is no network yet (a
+// policy with egress is refused).
 //
 // # Recover
 //
