@@ -37,6 +37,7 @@ type agent struct {
 	opt     Options
 	logger  *slog.Logger
 	root    *os.Root
+	cgroup  *os.File // Options.CommandCgroup, open; nil without
 	workdir string
 	started time.Time
 	conns   atomic.Int32
@@ -77,6 +78,14 @@ func Run(ctx context.Context, opt Options) error {
 		workdir: opt.Workdir,
 		started: time.Now(),
 		procs:   map[int]*proc{},
+	}
+	if opt.CommandCgroup != "" {
+		f, err := os.OpenFile(opt.CommandCgroup, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			return errdefs.Wrap(errdefs.Invalid, "bad_cgroup", err, "opening the commands' cgroup %s", opt.CommandCgroup)
+		}
+		defer f.Close()
+		a.cgroup = f
 	}
 	if a.workdir == "" {
 		a.workdir = "/"

@@ -265,6 +265,13 @@ func TestAdversarial(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Commands run in the guest's commands cgroup, whose pids.max
+		// leaves the agent room under the guest's threads-max.
+		if res := run(t, `cat /proc/self/cgroup; cat /sys/fs/cgroup/commands/pids.max /proc/sys/kernel/threads-max`); !strings.HasPrefix(res.Stdout, "0::/commands\n") {
+			t.Errorf("the commands' cgroup: %+v", res)
+		} else {
+			t.Logf("commands' cgroup, pids.max and threads-max: %q", res.Stdout)
+		}
 		hostBefore := len(hostPids())
 		qemuBefore := tasks(msb.Pid())
 		pr := sb.(sandbox.ProcessRunner)
@@ -304,6 +311,20 @@ func TestAdversarial(t *testing.T) {
 		}
 		if hostExec > 2*time.Second {
 			t.Errorf("a host program took %v during the bomb", hostExec)
+		}
+		if _, err := msb.vm.Usage(); err != nil {
+			log, _ := os.ReadFile(filepath.Join(msb.RunDir(), vmm.SerialLog))
+			if len(log) > 3000 {
+				log = log[len(log)-3000:]
+			}
+			t.Errorf("QEMU exited during the bomb (%v); console tail:\n%s", err, log)
+		} else {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := sb.Stats(sctx)
+			cancel()
+			if err != nil {
+				t.Errorf("the agent does not answer during the bomb: %v", err)
+			}
 		}
 		s = time.Now()
 		if err := sb.Destroy(ctx); err != nil {

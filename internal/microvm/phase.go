@@ -2,6 +2,7 @@ package microvm
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
@@ -62,7 +63,7 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 		return err
 	}
 	if err := s.applyPhase(ctx, p); err != nil {
-		return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "sandbox %s: moving to phase %s", s.id, p.Name)
+		return phaseError(err, "sandbox %s: moving to phase %s", s.id, p.Name)
 	}
 	return nil
 }
@@ -76,7 +77,7 @@ func (s *Sandbox) startPhase(ctx context.Context) error {
 	s.phaseMu.Lock()
 	defer s.phaseMu.Unlock()
 	if err := s.applyPhase(ctx, s.spec.Phases[0]); err != nil {
-		return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "sandbox %s: starting in phase %s", s.id, s.spec.Phases[0].Name)
+		return phaseError(err, "sandbox %s: starting in phase %s", s.id, s.spec.Phases[0].Name)
 	}
 	return nil
 }
@@ -106,6 +107,16 @@ func (s *Sandbox) applyPhase(ctx context.Context, p api.Phase) error {
 	}
 	s.phase = &p
 	return nil
+}
+
+// phaseError classifies a failed phase change: what the tier cannot do
+// stays Unsupported (a network policy it has no network for), the rest
+// is phase_change_failed.
+func phaseError(err error, format string, args ...any) error {
+	if errors.Is(err, errdefs.Unsupported) {
+		return err
+	}
+	return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, format, args...)
 }
 
 // checkPhaseEnforceable refuses what a VM's phase cannot do: allowed

@@ -33,8 +33,10 @@ type Sandbox struct {
 	// timing is its Create's (zero if recovered).
 	timing Timing
 
-	phaseMu sync.RWMutex // guards phase; held by SetPhase throughout
-	phase   *api.Phase   // the current phase (nil without phases)
+	// phaseMu guards phase. SetPhase holds it throughout; a command
+	// holds it for reading until the agent has started it (holdPhase).
+	phaseMu sync.RWMutex
+	phase   *api.Phase // the current phase (nil without phases)
 
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client
@@ -66,45 +68,66 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	ar, phase, err := s.agentExec(&req)
+	p, release := s.holdPhase()
+	defer release()
+	ar, err := s.agentExec(&req, p)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
 	out := agentproto.OutputTo(req.Stdout, req.Stderr)
+	out.Started = func(int) { release() }
 	res, err := c.Exec(ctx, ar, out)
-	res.Phase = phase
+	res.Phase = phaseName(p)
 	return res, err
 }
 
-// agentExec is req for the agent, run as the current phase's user with
-// its capabilities (as the container tier's), and the phase's name.
-func (s *Sandbox) agentExec(req *sandbox.ExecRequest) (agentproto.ExecRequest, string, error) {
+// holdPhase returns the current phase and holds it (phaseMu, for
+// reading) until release, which the caller calls once the agent has
+// started the command: a phase change cannot fall between the command's
+// user and its start, so a command never runs with an earlier phase's
+// user or capabilities, and the next change kills it. release may be
+// called more than once.
+func (s *Sandbox) holdPhase() (p *api.Phase, release func()) {
+	s.phaseMu.RLock()
+	return s.phase, sync.OnceFunc(s.phaseMu.RUnlock)
+}
+
+func phaseName(p *api.Phase) string {
+	if p == nil {
+		return ""
+	}
+	return p.Name
+}
+
+// agentExec is req for the agent, run as phase p's user with its
+// capabilities (as the container tier's).
+func (s *Sandbox) agentExec(req *sandbox.ExecRequest, p *api.Phase) (agentproto.ExecRequest, error) {
 	argv, err := sandbox.Argv(Tier, s.rt.Capabilities(), req)
 	if err != nil {
-		return agentproto.ExecRequest{}, "", err
+		return agentproto.ExecRequest{}, err
 	}
 	ar := agentproto.ExecRequestFrom(argv, *req)
-	s.phaseMu.RLock()
-	p := s.phase
-	s.phaseMu.RUnlock()
 	ar.User = agentproto.CommandUser(s.spec, p)
-	name := ""
-	if p != nil {
-		name = p.Name
-	}
-	return ar, name, nil
+	return ar, nil
 }
 
 // StartProcess implements sandbox.ProcessRunner: the guest's agent runs
 // the process, as the container's does.
 func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+	return s.start(ctx, req, nil)
+}
+
+func (s *Sandbox) start(ctx context.Context, req sandbox.ExecRequest, pty *agentproto.PTYSize) (sandbox.Process, error) {
 	if _, err := s.agent(); err != nil {
 		return nil, err
 	}
-	ar, _, err := s.agentExec(&req)
+	p, release := s.holdPhase()
+	defer release()
+	ar, err := s.agentExec(&req, p)
 	if err != nil {
 		return nil, err
 	}
+	ar.PTY = pty
 	return agentproto.StartProcess(ctx, s.agent, ar)
 }
 
@@ -112,15 +135,7 @@ func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sa
 // rows×cols in the guest (stdout and stderr merged). The process is an
 // agentproto.Process, whose Resize resizes the terminal.
 func (s *Sandbox) StartPTY(ctx context.Context, req sandbox.ExecRequest, rows, cols uint16) (sandbox.Process, error) {
-	if _, err := s.agent(); err != nil {
-		return nil, err
-	}
-	ar, _, err := s.agentExec(&req)
-	if err != nil {
-		return nil, err
-	}
-	ar.PTY = &agentproto.PTYSize{Rows: rows, Cols: cols}
-	return agentproto.StartProcess(ctx, s.agent, ar)
+	return s.start(ctx, req, &agentproto.PTYSize{Rows: rows, Cols: cols})
 }
 
 // Processes implements sandbox.ProcessRunner.
