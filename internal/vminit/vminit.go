@@ -28,7 +28,9 @@
 // whole is inside the trust boundary, and the VM is the isolation. It
 // therefore applies phases' in-guest parts itself (agent.Options.Phases:
 // killing the earlier phase's processes, the read-only root and writable
-// paths).
+// paths). It starts every command in the cgroup /sys/fs/cgroup/commands,
+// whose pids and memory limits leave the agent room (a fork bomb or a
+// memory hog in the guest cannot starve it of threads or memory).
 //
 // # Test mode
 //
