@@ -89,11 +89,13 @@ type Phase struct {
 	// "uid" or "uid:gid" of the sandbox.
 	User string `json:"user,omitempty"`
 	// CPU and MemoryMB, if set, replace the sandbox's limits during the
-	// phase.
+	// phase (the microvm tier, whose VM's are fixed at boot, refuses
+	// other values than the sandbox's: phase_limits_unsupported).
 	CPU      float64 `json:"cpu,omitempty"`
 	MemoryMB int     `json:"memory_mb,omitempty"`
 	// Capabilities are this phase's commands' capabilities, whatever
-	// their user (container tier), among the sandbox's (see
+	// their user (container and microvm tiers; on microvm the guest
+	// enforces them), among the sandbox's (see
 	// CreateSandboxRequest.Capabilities). Default: none.
 	Capabilities []string `json:"capabilities,omitempty"`
 	// Executables, if set, are the only programs that may run in this
@@ -102,7 +104,10 @@ type Phase struct {
 	// (a symlink's target, a script's interpreter), wherever it was
 	// called from; any other exec is killed before it runs and audited
 	// (rule exec-not-allowed). On the function tier they name the
-	// /bin/<name>.wasm modules a call may run. Omitted: any program.
+	// /bin/<name>.wasm modules a call may run. Where they cannot be
+	// enforced (microvm: the node's monitor does not see inside a
+	// guest) they are refused (executables_unenforced). Omitted: any
+	// program.
 	Executables []string `json:"executables,omitempty"`
 }
 
