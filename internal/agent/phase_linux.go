@@ -11,10 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -148,72 +146,26 @@ func noRoot() error {
 }
 
 // setWritable makes only writable (nil: everything) writable in the
-// root, after the earlier phase's. The earlier phase's binds go first:
-// the new paths are checked without them (a path under one of them
-// would cross its mount, and a symlink made in the earlier phase is seen
-// as what it is). A new path that does not check restores the earlier
-// binds; a failure past that leaves the root read-only with nothing
-// writable (fail closed).
+// root, after the earlier phase's (sys.ReplaceWritable: a path that
+// cannot be bound leaves the earlier binds; any other failure leaves
+// nothing writable).
 // Preconditions: a.phaseMu must be held.
 func (a *agent) setWritable(writable []string) error {
 	if slices.Equal(a.writable, writable) && (a.writable == nil) == (writable == nil) {
 		return nil
 	}
-	for _, w := range a.writable {
-		if w != "/" {
-			if err := sys.UnmountPath(w); err != nil {
-				return a.failClosed(err)
-			}
-		}
-	}
-	if !sandbox.WholeRootWritable(api.Phase{Writable: writable}) {
-		for _, w := range writable {
-			if err := sys.CheckBindable(w); err != nil {
-				if rerr := a.bind(a.writable); rerr != nil {
-					return a.failClosed(rerr)
-				}
-				return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", err, "writable path %s", w)
-			}
-		}
-	}
-	if err := a.bind(writable); err != nil {
-		return a.failClosed(err)
+	err := sys.ReplaceWritable(a.writable, writable, 0, 0)
+	var ue *sys.UnbindableError
+	switch {
+	case errors.As(err, &ue):
+		return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", ue.Err, "writable path %s", ue.Path)
+	case err != nil:
+		a.writable = []string{}
+		return errdefs.Wrap(errdefs.Internal, "phase_writable_failed", err, "applying the writable paths")
 	}
 	a.writable = slices.Clone(writable)
 	if writable != nil && a.writable == nil {
 		a.writable = []string{}
 	}
 	return nil
-}
-
-// bind makes the root writable, then, unless writable leaves all of it
-// so, binds each path writable and makes the root read-only.
-// Preconditions: a.phaseMu must be held; no path is bound.
-func (a *agent) bind(writable []string) error {
-	if err := sys.SetRootReadOnly(false); err != nil {
-		return err
-	}
-	if sandbox.WholeRootWritable(api.Phase{Writable: writable}) {
-		return nil
-	}
-	for _, w := range writable {
-		if err := sys.BindWritable(w, 0, 0); err != nil {
-			return err
-		}
-	}
-	return sys.SetRootReadOnly(true)
-}
-
-// failClosed leaves the root read-only with nothing writable and returns
-// err as the phase change's.
-// Preconditions: a.phaseMu must be held.
-func (a *agent) failClosed(err error) error {
-	for _, w := range a.writable {
-		if w != "/" {
-			_ = sys.UnmountPath(w)
-		}
-	}
-	_ = sys.SetRootReadOnly(true)
-	a.writable = []string{}
-	return errdefs.Wrap(errdefs.Internal, "phase_writable_failed", err, "applying the writable paths")
 }

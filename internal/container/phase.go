@@ -205,46 +205,15 @@ func (r *Runtime) setWritable(sb *Sandbox, p api.Phase, old *api.Phase) error {
 	if procs, err := sb.cg.Procs(); err != nil || !slices.Contains(procs, pid) {
 		return errors.New("its agent is gone")
 	}
+	var oldWritable []string
+	if old != nil {
+		oldWritable = old.Writable
+	}
 	return sys.InMountNS(ns, func() error {
-		// Every path is checked before anything changes; if a change
-		// fails after all, the root is left read-only (fail closed).
-		if !sandbox.WholeRootWritable(p) {
-			for _, w := range p.Writable {
-				if err := sys.CheckBindable(w); err != nil {
-					return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", err, "phase %s: writable path %s", p.Name, w)
-				}
-			}
-		}
-		err := r.rebind(p, old)
-		if err != nil {
-			_ = sys.SetRootReadOnly(true)
+		err := sys.ReplaceWritable(oldWritable, p.Writable, r.opt.HostUID, r.opt.HostGID)
+		if ue := (*sys.UnbindableError)(nil); errors.As(err, &ue) {
+			return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", ue.Err, "phase %s: writable path %s", p.Name, ue.Path)
 		}
 		return err
 	})
-}
-
-// rebind replaces old's writable binds with p's (on a thread in the
-// sandbox's mount namespace).
-func (r *Runtime) rebind(p api.Phase, old *api.Phase) error {
-	if old != nil {
-		for _, w := range old.Writable {
-			if w != "/" {
-				if err := sys.UnmountPath(w); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if err := sys.SetRootReadOnly(false); err != nil {
-		return err
-	}
-	if sandbox.WholeRootWritable(p) {
-		return nil
-	}
-	for _, w := range p.Writable {
-		if err := sys.BindWritable(w, r.opt.HostUID, r.opt.HostGID); err != nil {
-			return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", err, "phase %s: writable path %s", p.Name, w)
-		}
-	}
-	return sys.SetRootReadOnly(true)
 }
