@@ -154,6 +154,33 @@ func TestPhases(t *testing.T) {
 	}
 	slices.Sort(elat)
 	t.Logf("exec latency in a phase (true, 10 runs): p50 %v, max %v", elat[len(elat)/2].Round(time.Microsecond), elat[len(elat)-1].Round(time.Microsecond))
+
+	// A restarted node adopts the VM in its phase: same user, same
+	// read-only root, host-side stats from the adopted QEMU.
+	if err := rt.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := New(ctx, rt.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt2.Close(context.Background()) })
+	got, err := rt2.Recover(ctx)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Recover = %d sandboxes, %v", len(got), err)
+	}
+	sb2 := got[0]
+	defer sb2.Destroy(ctx)
+	if p := sb2.(sandbox.Phaser).Phase(); p != "work2" {
+		t.Errorf("recovered phase = %q, want work2", p)
+	}
+	res2, err := sb2.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: sh(`id -u; touch /etc/z 2>/dev/null || echo ro`)}})
+	if err != nil || res2.Stdout != "1000\nro\n" || res2.Phase != "work2" {
+		t.Errorf("recovered sandbox: %+v, %v", res2, err)
+	}
+	if st, err := sb2.Stats(ctx); err != nil || st.HostMemoryBytes == 0 || st.CPUSeconds == 0 {
+		t.Errorf("recovered Stats = %+v, %v", st, err)
+	}
 }
 
 // TestPhaseSpecRefused checks the specs the microvm tier refuses before
