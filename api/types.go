@@ -89,11 +89,13 @@ type Phase struct {
 	// "uid" or "uid:gid" of the sandbox.
 	User string `json:"user,omitempty"`
 	// CPU and MemoryMB, if set, replace the sandbox's limits during the
-	// phase.
+	// phase (the microvm tier, whose VM's are fixed at boot, refuses
+	// other values than the sandbox's: phase_limits_unsupported).
 	CPU      float64 `json:"cpu,omitempty"`
 	MemoryMB int     `json:"memory_mb,omitempty"`
 	// Capabilities are this phase's commands' capabilities, whatever
-	// their user (container tier), among the sandbox's (see
+	// their user (container and microvm tiers; on microvm the guest
+	// enforces them), among the sandbox's (see
 	// CreateSandboxRequest.Capabilities). Default: none.
 	Capabilities []string `json:"capabilities,omitempty"`
 	// Executables, if set, are the only programs that may run in this
@@ -102,7 +104,10 @@ type Phase struct {
 	// (a symlink's target, a script's interpreter), wherever it was
 	// called from; any other exec is killed before it runs and audited
 	// (rule exec-not-allowed). On the function tier they name the
-	// /bin/<name>.wasm modules a call may run. Omitted: any program.
+	// /bin/<name>.wasm modules a call may run. Where they cannot be
+	// enforced (microvm: the node's monitor does not see inside a
+	// guest) they are refused (executables_unenforced). Omitted: any
+	// program.
 	Executables []string `json:"executables,omitempty"`
 }
 
@@ -178,8 +183,20 @@ type IntegrityReport struct {
 	// Suspicious: a rule of high or critical severity was hit.
 	Suspicious bool `json:"suspicious"`
 	// Monitored: the node's monitor watched the sandbox (false where it
-	// could not run: then nothing above comes from it).
+	// could not run, and on tiers whose commands run on a guest kernel
+	// (microvm), which the node's monitor does not see: then nothing
+	// above comes from it).
 	Monitored bool `json:"monitored"`
+	// GuestEnforced names the parts of the sandbox's phases its guest
+	// applies itself rather than the host: "writable" (read-only root
+	// and writable paths), "user", "capabilities", "processes" (killing
+	// the earlier phase's processes). A VM tier's guest runs only the
+	// task's code and sits inside the trust boundary, the VM being the
+	// isolation; code running as root with capabilities in the guest
+	// could undo these parts for itself. Empty where the host applies
+	// every part (container, function). A phase's network is always
+	// enforced by the host.
+	GuestEnforced []string `json:"guest_enforced"`
 }
 
 // SetPhaseRequest moves a sandbox to another of its phases.
@@ -264,6 +281,12 @@ type SandboxStats struct {
 	OOMKills int64 `json:"oom_kills,omitempty"`
 	// PidsLimited counts forks refused at the process limit.
 	PidsLimited int64 `json:"pids_limited,omitempty"`
+	// HostMemoryBytes, on VM tiers, is the resident memory of the VM's
+	// process on the host (what the guest touched plus the VMM's own);
+	// MemoryBytes and MemoryLimitBytes are then the guest's own view
+	// (used and total memory), CPUSeconds the host's (the VM process's
+	// CPU time).
+	HostMemoryBytes int64 `json:"host_memory_bytes,omitempty"`
 }
 
 // SandboxList is a page of sandboxes.
@@ -448,6 +471,12 @@ type TierInfo struct {
 	// Accelerator is "kvm", "tcg" or "none" (no hardware virtualisation
 	// involved, as for function and container).
 	Accelerator string `json:"accelerator,omitempty"`
+	// GuestKernel: the tier's commands run on a guest kernel, which the
+	// node's monitor does not see (IntegrityReport.Monitored is false).
+	GuestKernel bool `json:"guest_kernel,omitempty"`
+	// GuestEnforced are the parts of a phase the tier's guest applies
+	// (see IntegrityReport.GuestEnforced).
+	GuestEnforced []string `json:"guest_enforced,omitempty"`
 }
 
 // Capacity is what a node offers.

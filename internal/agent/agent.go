@@ -4,11 +4,13 @@
 // background, on a PTY), serves the files API confined to the sandbox
 // root, and, as PID 1, reaps every process of the sandbox.
 //
-// The agent runs among the code it serves. The node treats it as
-// compromised (everything is enforced from the host), and the agent in
-// turn refuses connections from processes inside the sandbox, keeps its
+// The agent runs among the code it serves. In a container the node treats
+// it as compromised (everything is enforced from the host), and the agent
+// in turn refuses connections from processes inside the sandbox, keeps its
 // own environment and descriptors out of the commands it runs, and
-// ignores the signals a sandbox process may send to PID 1.
+// ignores the signals a sandbox process may send to PID 1. In a microVM
+// guest, which is inside the trust boundary, it also applies phases'
+// in-guest parts (Options.Phases, phase_linux.go).
 package agent
 
 import (
@@ -63,6 +65,19 @@ type Options struct {
 	// the bounding set is per thread and commands inherit the forking
 	// thread's. nil forks on whatever thread the call runs on.
 	Fork func(fork func() (int, error)) (int, error)
+	// Phases makes the agent apply phases' in-sandbox parts itself
+	// (agentproto.OpPhase, announced as CapPhase): kill every other
+	// process, make the root read-only but for the writable paths. Only
+	// a microVM guest's agent sets it: it owns the whole guest, and the
+	// guest is inside the trust boundary. A container's agent leaves it
+	// unset and refuses the operation (its host applies phases).
+	Phases bool
+	// CommandCgroup, if set, is a cgroup2 directory every command starts
+	// in (clone3 CLONE_INTO_CGROUP), the agent staying out of it. A
+	// microVM guest's init makes one whose pids and memory limits leave
+	// the agent room: a fork bomb or a memory hog in the guest cannot
+	// starve the agent of threads or memory.
+	CommandCgroup string
 }
 
 // Peer is a connection's peer as SO_PEERCRED reports it, translated into

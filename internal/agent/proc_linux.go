@@ -195,6 +195,9 @@ func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio,
 		// Supplementary groups are cleared (setgroups of none).
 		attr.Credential = &syscall.Credential{Uid: args.User.UID, Gid: args.User.GID}
 	}
+	if a.cgroup != nil {
+		attr.UseCgroupFD, attr.CgroupFD = true, int(a.cgroup.Fd())
+	}
 	// A command's capabilities are ambient ones, root's too: the sandbox
 	// setup made root's exec grant nothing of itself (SECBIT_NOROOT), so
 	// every command holds exactly these.

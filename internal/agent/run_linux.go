@@ -37,9 +37,15 @@ type agent struct {
 	opt     Options
 	logger  *slog.Logger
 	root    *os.Root
+	cgroup  *os.File // Options.CommandCgroup, open; nil without
 	workdir string
 	started time.Time
 	conns   atomic.Int32
+
+	phaseMu sync.Mutex // guards writable; orders phase changes (OpPhase)
+	// writable are the last phase's writable paths, bound writable
+	// (nil: the whole root is).
+	writable []string
 
 	mu    sync.Mutex    // guards following fields
 	procs map[int]*proc // processes started by this agent and not forgotten
@@ -72,6 +78,14 @@ func Run(ctx context.Context, opt Options) error {
 		workdir: opt.Workdir,
 		started: time.Now(),
 		procs:   map[int]*proc{},
+	}
+	if opt.CommandCgroup != "" {
+		f, err := os.OpenFile(opt.CommandCgroup, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			return errdefs.Wrap(errdefs.Invalid, "bad_cgroup", err, "opening the commands' cgroup %s", opt.CommandCgroup)
+		}
+		defer f.Close()
+		a.cgroup = f
 	}
 	if a.workdir == "" {
 		a.workdir = "/"
@@ -228,6 +242,8 @@ func (a *agent) handle(c *agentproto.Call) {
 		a.rename(c)
 	case agentproto.OpStats:
 		c.Reply(a.stats(), nil)
+	case agentproto.OpPhase:
+		a.phase(c)
 	default:
 		c.Reply(nil, errdefs.New(errdefs.Unsupported, "unknown_op", "the agent has no %q operation", c.Op))
 	}
@@ -241,13 +257,17 @@ func (a *agent) hello(c *agentproto.Call) {
 	}
 	// The agent answers with its own version whatever the node speaks;
 	// the node decides whether it can talk to it.
+	caps := []string{
+		agentproto.CapExec, agentproto.CapProcesses, agentproto.CapPTY,
+		agentproto.CapAttach, agentproto.CapFiles, agentproto.CapStats,
+	}
+	if a.opt.Phases {
+		caps = append(caps, agentproto.CapPhase)
+	}
 	c.Reply(agentproto.Hello{
 		Protocol:     agentproto.Protocol,
 		AgentVersion: a.opt.Version,
 		Pid:          os.Getpid(),
-		Capabilities: []string{
-			agentproto.CapExec, agentproto.CapProcesses, agentproto.CapPTY,
-			agentproto.CapAttach, agentproto.CapFiles, agentproto.CapStats,
-		},
+		Capabilities: caps,
 	}, nil)
 }

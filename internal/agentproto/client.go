@@ -217,6 +217,14 @@ func (c *Client) Signal(ctx context.Context, pid int, sig string) error {
 	return c.unary(ctx, OpSignal, SignalArgs{Pid: pid, Signal: sig}, nil)
 }
 
+// Phase applies the in-sandbox parts of a phase (see PhaseArgs), on an
+// agent that announced CapPhase; others fail it with Unsupported.
+func (c *Client) Phase(ctx context.Context, args PhaseArgs) (PhaseResult, error) {
+	var r PhaseResult
+	err := c.unary(ctx, OpPhase, args, &r)
+	return r, err
+}
+
 // Resize sets the terminal size of a process started with a PTY.
 func (c *Client) Resize(ctx context.Context, pid int, rows, cols int) error {
 	if rows <= 0 || cols <= 0 || rows > 0xffff || cols > 0xffff {

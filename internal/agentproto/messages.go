@@ -28,6 +28,7 @@ const (
 	OpRemove     = "remove"    // RemoveArgs; Reply {}
 	OpRename     = "rename"    // RenameArgs; Reply api.FileInfo
 	OpStats      = "stats"     // Reply AgentStats
+	OpPhase      = "phase"     // PhaseArgs; Reply PhaseResult (CapPhase agents only)
 )
 
 // Capabilities an agent may announce in Hello.
@@ -38,6 +39,11 @@ const (
 	CapAttach    = "attach"
 	CapFiles     = "files"
 	CapStats     = "stats"
+	// CapPhase: the agent applies a phase's in-sandbox parts itself
+	// (OpPhase). Only a microVM guest's agent, which owns the whole
+	// guest, announces it; a container's agent refuses the operation
+	// (there the host applies phases).
+	CapPhase = "phase"
 )
 
 // MaxListEntries bounds the entries of a List or Processes reply; the
@@ -153,6 +159,26 @@ type ResizeArgs struct {
 	Pid  int    `json:"pid"`
 	Rows uint16 `json:"rows"`
 	Cols uint16 `json:"cols"`
+}
+
+// PhaseArgs are the in-guest parts of a phase change (OpPhase): the
+// agent kills every process but itself, then makes the root read-only
+// but for Writable.
+type PhaseArgs struct {
+	// Writable are the absolute paths that stay writable, each a
+	// writable bind mount of itself, resolved without following
+	// symlinks; nil leaves the whole root writable, empty none of it.
+	Writable []string `json:"writable"`
+	// NoRoot makes the agent's later commands hold only the
+	// capabilities each exec names (User.Caps), root's too
+	// (SECBIT_NOROOT); it is never undone.
+	NoRoot bool `json:"no_root,omitempty"`
+}
+
+// PhaseResult is the agent's answer to PhaseArgs.
+type PhaseResult struct {
+	// Killed counts the processes it killed.
+	Killed int `json:"killed"`
 }
 
 // PathArgs names a file.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/monitor"
@@ -62,7 +61,7 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	if old == nil {
 		return errdefs.New(errdefs.Conflict, "no_phases", "sandbox %s was created without phases", s.id)
 	}
-	if err := checkPhase(s.state.Spec, &p); err != nil {
+	if err := sandbox.CheckPhase(s.state.Spec, &p); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -87,21 +86,6 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	if err != nil {
 		return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "sandbox %s: moving to phase %s", s.id, p.Name)
 	}
-	return nil
-}
-
-// checkPhase checks p's capabilities and executables and makes them
-// canonical: the capabilities must be among spec's (its bounding set,
-// fixed at its start).
-func checkPhase(spec sandbox.Spec, p *api.Phase) error {
-	req := api.CreateSandboxRequest{Tier: Tier, Capabilities: sandbox.MaxCapabilities(spec), Phases: []api.Phase{*p}}
-	if req.Capabilities == nil {
-		req.Capabilities = []string{}
-	}
-	if err := sandbox.CheckCapsAndExecutables(&req); err != nil {
-		return err
-	}
-	*p = req.Phases[0]
 	return nil
 }
 
@@ -221,59 +205,15 @@ func (r *Runtime) setWritable(sb *Sandbox, p api.Phase, old *api.Phase) error {
 	if procs, err := sb.cg.Procs(); err != nil || !slices.Contains(procs, pid) {
 		return errors.New("its agent is gone")
 	}
+	var oldWritable []string
+	if old != nil {
+		oldWritable = old.Writable
+	}
 	return sys.InMountNS(ns, func() error {
-		// Every path is checked before anything changes; if a change
-		// fails after all, the root is left read-only (fail closed).
-		if !sandbox.WholeRootWritable(p) {
-			for _, w := range p.Writable {
-				if err := sys.CheckBindable(w); err != nil {
-					return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", err, "phase %s: writable path %s", p.Name, w)
-				}
-			}
-		}
-		err := r.rebind(p, old)
-		if err != nil {
-			_ = sys.SetRootReadOnly(true)
+		err := sys.ReplaceWritable(oldWritable, p.Writable, r.opt.HostUID, r.opt.HostGID)
+		if ue := (*sys.UnbindableError)(nil); errors.As(err, &ue) {
+			return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", ue.Err, "phase %s: writable path %s", p.Name, ue.Path)
 		}
 		return err
 	})
-}
-
-// rebind replaces old's writable binds with p's (on a thread in the
-// sandbox's mount namespace).
-func (r *Runtime) rebind(p api.Phase, old *api.Phase) error {
-	if old != nil {
-		for _, w := range old.Writable {
-			if w != "/" {
-				if err := sys.UnmountPath(w); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if err := sys.SetRootReadOnly(false); err != nil {
-		return err
-	}
-	if sandbox.WholeRootWritable(p) {
-		return nil
-	}
-	for _, w := range p.Writable {
-		if err := sys.BindWritable(w, r.opt.HostUID, r.opt.HostGID); err != nil {
-			return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", err, "phase %s: writable path %s", p.Name, w)
-		}
-	}
-	return sys.SetRootReadOnly(true)
-}
-
-// commandUser is who the commands of phase p (nil: no phases) of spec
-// run as, with which capabilities.
-func commandUser(spec sandbox.Spec, p *api.Phase) agentproto.User {
-	var u agentproto.User
-	if p != nil {
-		u.UID, u.GID, _ = sandbox.ParseUser(p.User) // checked at create
-	}
-	for _, c := range capNumbers(sandbox.CommandCapabilities(spec, p)) {
-		u.Caps = append(u.Caps, uint(c))
-	}
-	return u
 }

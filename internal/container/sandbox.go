@@ -80,97 +80,28 @@ func (s *Sandbox) agentExec(req *sandbox.ExecRequest) (agentproto.ExecRequest, e
 	}
 	ar := agentproto.ExecRequestFrom(argv, *req)
 	ar.Env = commandEnv(s.state.Spec, req.Env)
-	ar.User = commandUser(s.state.Spec, s.commandPhase())
+	ar.User = agentproto.CommandUser(s.state.Spec, s.commandPhase())
 	return ar, nil
 }
 
 // StartProcess implements sandbox.ProcessRunner.
 func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
-	c, err := s.agent()
-	if err != nil {
+	if _, err := s.agent(); err != nil {
 		return nil, err
 	}
 	ar, err := s.agentExec(&req)
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.Start(ctx, ar)
-	if err != nil {
-		return nil, err
-	}
-	return &process{s: s, pid: p.Pid}, nil
+	return agentproto.StartProcess(ctx, s.agent, ar)
 }
 
 // Processes implements sandbox.ProcessRunner.
-func (s *Sandbox) Processes() []api.Process {
-	c, err := s.agent()
-	if err != nil {
-		return nil
-	}
-	ps, _ := c.Processes(context.Background())
-	return ps
-}
+func (s *Sandbox) Processes() []api.Process { return agentproto.ListProcesses(s.agent) }
 
 // Process implements sandbox.ProcessRunner.
 func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
-	c, err := s.agent()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.Process(context.Background(), pid); err != nil {
-		return nil, err
-	}
-	return &process{s: s, pid: pid}, nil
-}
-
-// process is a background process, addressed by pid through the agent.
-type process struct {
-	s   *Sandbox
-	pid int
-}
-
-func (p *process) Info() api.Process {
-	c, err := p.s.agent()
-	if err != nil {
-		return api.Process{Pid: p.pid, State: api.ProcessExited}
-	}
-	info, err := c.Process(context.Background(), p.pid)
-	if err != nil {
-		return api.Process{Pid: p.pid, State: api.ProcessExited}
-	}
-	return info
-}
-
-func (p *process) Wait(ctx context.Context) (api.ExecResult, error) {
-	c, err := p.s.agent()
-	if err != nil {
-		return api.ExecResult{}, err
-	}
-	return c.Wait(ctx, p.pid)
-}
-
-func (p *process) WriteStdin(ctx context.Context, b []byte) error {
-	c, err := p.s.agent()
-	if err != nil {
-		return err
-	}
-	return c.WriteStdin(ctx, p.pid, b)
-}
-
-func (p *process) CloseStdin() error {
-	c, err := p.s.agent()
-	if err != nil {
-		return err
-	}
-	return c.CloseStdin(context.Background(), p.pid)
-}
-
-func (p *process) Signal(sig string) error {
-	c, err := p.s.agent()
-	if err != nil {
-		return err
-	}
-	return c.Signal(context.Background(), p.pid, sig)
+	return agentproto.LookupProcess(s.agent, pid)
 }
 
 // Stats implements sandbox.Sandbox, from the host's view of the sandbox

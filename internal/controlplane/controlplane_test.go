@@ -101,3 +101,25 @@ func TestListOrderFilterAndPaging(t *testing.T) {
 		t.Errorf("another owner's sandbox: %v, want NotFound", err)
 	}
 }
+
+func TestOversight(t *testing.T) {
+	nodes := []api.Node{{ID: "n1", Monitor: "on", Tiers: []api.TierInfo{
+		{Name: "container", Available: true},
+		{Name: "microvm", Available: true, GuestKernel: true, GuestEnforced: []string{"writable", "user", "capabilities", "processes"}},
+	}}, {ID: "n2", Monitor: "off", Tiers: []api.TierInfo{{Name: "container", Available: true}}}}
+	for _, tc := range []struct {
+		node, tier string
+		monitored  bool
+		guest      int
+	}{
+		{"n1", "container", true, 0}, // control: the same node watches its containers
+		{"n1", "microvm", false, 4},
+		{"n2", "container", false, 0},
+		{"gone", "container", false, 0},
+	} {
+		mon, guest := oversight(nodes, tc.node, tc.tier)
+		if mon != tc.monitored || len(guest) != tc.guest || guest == nil {
+			t.Errorf("oversight(%s, %s) = %v, %v; want %v and %d parts", tc.node, tc.tier, mon, guest, tc.monitored, tc.guest)
+		}
+	}
+}

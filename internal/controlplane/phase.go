@@ -152,11 +152,7 @@ func (m *Manager) Integrity(ctx context.Context, owner, id string) (api.Integrit
 	if r.Phases == nil {
 		r.Phases = []api.PhaseChange{}
 	}
-	for _, n := range m.view.list() {
-		if n.ID == rec.Node {
-			r.Monitored = n.Monitor == "on"
-		}
-	}
+	r.Monitored, r.GuestEnforced = oversight(m.view.list(), rec.Node, rec.Tier)
 	byRule := map[string]*api.RuleCount{}
 	for skip := 0; ; {
 		evs, err := m.st.AuditEvents(ctx, id, skip, maxAuditEvents)
@@ -192,6 +188,26 @@ func (m *Manager) Integrity(ctx context.Context, owner, id string) (api.Integrit
 	}
 	slices.SortFunc(r.Rules, func(a, b api.RuleCount) int { return a.First.Compare(b.First) })
 	return r, nil
+}
+
+// oversight says, from its node's report, whether a sandbox of tier on
+// node was watched by the node's monitor (which does not see inside a
+// guest kernel) and which parts of its phases its guest enforced.
+func oversight(nodes []api.Node, node, tier string) (monitored bool, guestEnforced []string) {
+	guestEnforced = []string{}
+	for _, n := range nodes {
+		if n.ID != node {
+			continue
+		}
+		monitored = n.Monitor == "on"
+		for _, t := range n.Tiers {
+			if t.Name == tier {
+				monitored = monitored && !t.GuestKernel
+				guestEnforced = append(guestEnforced, t.GuestEnforced...)
+			}
+		}
+	}
+	return monitored, guestEnforced
 }
 
 // followGrace is how long FollowAuditEvents keeps following after the

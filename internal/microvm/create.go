@@ -179,6 +179,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	r.log.Debug("microvm ready", "id", spec.ID, "network", tm.Network, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
 	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, timing: tm, unjail: unjail}
+	if err := sb.startPhase(ctx); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -205,9 +208,10 @@ func (r *Runtime) check(spec sandbox.Spec) (network.Policy, bool, error) {
 	if err != nil {
 		return policy, false, err
 	}
-	if len(spec.Phases) > 0 {
-		// Until SetPhase lands; networkOf already reads them.
-		return policy, false, sandbox.Unsupported(r.Tier(), "phases")
+	for _, p := range spec.Phases {
+		if err := checkPhaseEnforceable(spec, p); err != nil {
+			return policy, false, err
+		}
 	}
 	if linked && r.opt.Network == nil {
 		return policy, false, sandbox.Unsupported(r.Tier(), "network egress (no network manager on this node)")

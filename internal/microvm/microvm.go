@@ -54,12 +54,24 @@
 // owns only its subdirectory "q" (sockets, serial log). Destroy and a
 // failed create remove the cgroup and free the uid. See jail.go.
 //
-// # Limits of this slice
+// # Phases, processes, stats
+//
+// Phases (phase.go): the host applies a phase's network; the guest's
+// agent applies the rest (agentproto.OpPhase: kill every other process,
+// read-only root but for the writable paths; user and capabilities are
+// passed with each exec, root's capabilities limited by SECBIT_NOROOT).
+// The guest is inside the trust boundary (the VM is the isolation), and
+// the integrity report names these parts guest-enforced. A phase's
+// allowed executables and limits cannot be enforced on a VM and are
+// refused. Background processes and PTYs go through the same agent calls
+// as the container tier's. Stats mixes the host's measures of QEMU's
+// process (HostMemoryBytes, CPUSeconds) with the guest's own view
+// (MemoryBytes, MemoryLimitBytes, Processes).
+//
+// # Limits
 //
 // The upper layer is a tmpfs in the guest sized by Spec.DiskMB: what a
-// sandbox writes counts against its memory. There are no phases, no
-// background processes or PTYs (Capabilities.Processes is false), and
-// Stats reports what the agent measures inside the guest.
+// sandbox writes counts against its memory.
 //
 // # Recover
 //
@@ -218,12 +230,13 @@ func (r *Runtime) Tier() string {
 
 // Capabilities implements sandbox.Runtime.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, FileRoot: "/", OwnRoot: true}
+	return sandbox.Capabilities{Shell: true, Processes: true, PTY: true, FileRoot: "/", OwnRoot: true}
 }
 
 // Fingerprint implements sandbox.Runtime.
 func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {
-	info := api.TierInfo{Name: r.Tier(), Available: true, Accelerator: r.accelerator()}
+	info := api.TierInfo{Name: r.Tier(), Available: true, Accelerator: r.accelerator(),
+		GuestKernel: true, GuestEnforced: sandbox.GuestPhaseParts()}
 	bin := r.opt.QEMU
 	if bin == "" {
 		bin = "qemu-system-x86_64"

@@ -18,7 +18,13 @@ import (
 // guest keeps nothing worth a clean shutdown: its root is a tmpfs.
 const shutdownGrace = 100 * time.Millisecond
 
-// Sandbox is one microVM sandbox.
+var (
+	_ sandbox.Sandbox       = (*Sandbox)(nil)
+	_ sandbox.ProcessRunner = (*Sandbox)(nil)
+	_ sandbox.Phaser        = (*Sandbox)(nil)
+)
+
+// Sandbox is one microVM sandbox. It is safe for concurrent use.
 type Sandbox struct {
 	id   string
 	rt   *Runtime
@@ -30,6 +36,11 @@ type Sandbox struct {
 	netns string
 	// timing is its Create's (zero if recovered).
 	timing Timing
+
+	// phaseMu guards phase. SetPhase holds it throughout; a command
+	// holds it for reading until the agent has started it (holdPhase).
+	phaseMu sync.RWMutex
+	phase   *api.Phase // the current phase (nil without phases)
 
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client
@@ -62,18 +73,97 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	argv, err := sandbox.Argv(s.rt.Tier(), s.rt.Capabilities(), &req)
+	p, release := s.holdPhase()
+	defer release()
+	ar, err := s.agentExec(&req, p)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
 	out := agentproto.OutputTo(req.Stdout, req.Stderr)
-	return c.Exec(ctx, agentproto.ExecRequestFrom(argv, req), out)
+	out.Started = func(int) { release() }
+	res, err := c.Exec(ctx, ar, out)
+	res.Phase = phaseName(p)
+	return res, err
 }
 
-// Stats implements sandbox.Sandbox with what the agent measures in the
-// guest (this slice has no host-side measure of a VM).
+// holdPhase returns the current phase and holds it (phaseMu, for
+// reading) until release, which the caller calls once the agent has
+// started the command: a phase change cannot fall between the command's
+// user and its start, so a command never runs with an earlier phase's
+// user or capabilities, and the next change kills it. release may be
+// called more than once.
+func (s *Sandbox) holdPhase() (p *api.Phase, release func()) {
+	s.phaseMu.RLock()
+	return s.phase, sync.OnceFunc(s.phaseMu.RUnlock)
+}
+
+func phaseName(p *api.Phase) string {
+	if p == nil {
+		return ""
+	}
+	return p.Name
+}
+
+// agentExec is req for the agent, run as phase p's user with its
+// capabilities (as the container tier's).
+func (s *Sandbox) agentExec(req *sandbox.ExecRequest, p *api.Phase) (agentproto.ExecRequest, error) {
+	argv, err := sandbox.Argv(s.rt.Tier(), s.rt.Capabilities(), req)
+	if err != nil {
+		return agentproto.ExecRequest{}, err
+	}
+	ar := agentproto.ExecRequestFrom(argv, *req)
+	ar.User = agentproto.CommandUser(s.spec, p)
+	return ar, nil
+}
+
+// StartProcess implements sandbox.ProcessRunner: the guest's agent runs
+// the process, as the container's does.
+func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+	return s.start(ctx, req, nil)
+}
+
+func (s *Sandbox) start(ctx context.Context, req sandbox.ExecRequest, pty *agentproto.PTYSize) (sandbox.Process, error) {
+	if _, err := s.agent(); err != nil {
+		return nil, err
+	}
+	p, release := s.holdPhase()
+	defer release()
+	ar, err := s.agentExec(&req, p)
+	if err != nil {
+		return nil, err
+	}
+	ar.PTY = pty
+	return agentproto.StartProcess(ctx, s.agent, ar)
+}
+
+// StartPTY starts req in the background on a new pseudo-terminal of
+// rows×cols in the guest (stdout and stderr merged). The process is an
+// agentproto.Process, whose Resize resizes the terminal.
+func (s *Sandbox) StartPTY(ctx context.Context, req sandbox.ExecRequest, rows, cols uint16) (sandbox.Process, error) {
+	return s.start(ctx, req, &agentproto.PTYSize{Rows: rows, Cols: cols})
+}
+
+// Processes implements sandbox.ProcessRunner.
+func (s *Sandbox) Processes() []api.Process { return agentproto.ListProcesses(s.agent) }
+
+// Process implements sandbox.ProcessRunner.
+func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
+	return agentproto.LookupProcess(s.agent, pid)
+}
+
+// Stats implements sandbox.Sandbox. The host measures QEMU's process:
+// HostMemoryBytes is its resident memory (the guest's touched pages and
+// QEMU's own), CPUSeconds its CPU time (every vCPU's). The guest's agent
+// reports the guest's view: MemoryBytes and MemoryLimitBytes are the
+// guest's used and total memory, Processes its process count; it is
+// informative only (the guest may lie about itself, never about the
+// host's figures).
 func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 	c, err := s.agent()
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	u, err := s.vm.Usage()
 	if err != nil {
 		return sandbox.Stats{}, err
 	}
@@ -84,7 +174,9 @@ func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 	return sandbox.Stats{
 		MemoryBytes:      st.MemTotalBytes - st.MemAvailableBytes,
 		MemoryLimitBytes: st.MemTotalBytes,
+		CPUSeconds:       u.CPUSeconds,
 		Processes:        st.Processes,
+		HostMemoryBytes:  u.RSSBytes,
 	}, nil
 }
 

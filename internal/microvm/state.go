@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
@@ -32,6 +33,8 @@ type state struct {
 	VM   vmm.Config   `json:"vm"`
 	// Netns is the network namespace of the VM's tap, if it has one.
 	Netns string `json:"netns,omitempty"`
+	// Phase is the current phase (nil without phases).
+	Phase *api.Phase `json:"phase,omitempty"`
 }
 
 // writeState writes dir's state file, whole (through a rename).
@@ -146,7 +149,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		release()
 		return nil, errdefs.Wrap(errdefs.Unavailable, "agent_unreachable", err, "reconnecting to the agent of %s", st.Spec.ID)
 	}
-	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, unjail: r.rejail(st)}
+	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, unjail: r.rejail(st), phase: st.Phase}
 	r.mu.Lock()
 	r.sandboxes[sb.id] = sb
 	if u := st.VM.User; u != nil && r.opt.Jail != nil {

@@ -42,3 +42,26 @@ func WholeRootWritable(p api.Phase) bool {
 	}
 	return false
 }
+
+// CheckPhase checks a phase a sandbox of spec moves to: its
+// capabilities must be among spec's (its most, fixed at its start), its
+// executables well formed. Both are made canonical in p.
+func CheckPhase(spec Spec, p *api.Phase) error {
+	req := api.CreateSandboxRequest{Tier: spec.Tier, Capabilities: MaxCapabilities(spec), Phases: []api.Phase{*p}}
+	if req.Capabilities == nil {
+		req.Capabilities = []string{}
+	}
+	if err := CheckCapsAndExecutables(&req); err != nil {
+		return err
+	}
+	*p = req.Phases[0]
+	return nil
+}
+
+// GuestPhaseParts are the parts of a phase a VM tier's guest applies
+// itself (api.IntegrityReport.GuestEnforced): the read-only root and
+// writable paths, the commands' user and capabilities, and the end of
+// the earlier phase's processes. The host applies the network.
+func GuestPhaseParts() []string {
+	return []string{"writable", "user", "capabilities", "processes"}
+}

@@ -183,3 +183,88 @@ func UnmountPath(path string) error {
 	}
 	return fmt.Errorf("unmounting %s: %w", path, err)
 }
+
+// UnbindableError is ReplaceWritable's error for a new writable path
+// that cannot be bound (see CheckBindable); the earlier binds are back.
+type UnbindableError struct {
+	Path string
+	Err  error
+}
+
+func (e *UnbindableError) Error() string { return e.Path + ": " + e.Err.Error() }
+func (e *UnbindableError) Unwrap() error { return e.Err }
+
+// ReplaceWritable replaces the writable binds of old with those of
+// writable, in the calling thread's root. Either list nil, or naming
+// "/", leaves the whole root writable (no binds); otherwise the root is
+// made read-only and each path a writable bind of itself (BindWritable,
+// missing directories made for uid:gid). The old binds go first, so the
+// new paths are checked without them (the same path is a mount point
+// while bound, and a path under a bind would cross it). A new path that
+// does not check puts the old binds back and returns an
+// *UnbindableError; any other failure leaves the root read-only with
+// nothing bound (fail closed) and returns it.
+func ReplaceWritable(old, writable []string, uid, gid int) error {
+	for _, w := range old {
+		if w != "/" {
+			if err := UnmountPath(w); err != nil {
+				return failClosed(old, err)
+			}
+		}
+	}
+	if !wholeRoot(writable) {
+		for _, w := range writable {
+			if err := CheckBindable(w); err != nil {
+				if rerr := bindAll(old, uid, gid); rerr != nil {
+					return failClosed(old, rerr)
+				}
+				return &UnbindableError{Path: w, Err: err}
+			}
+		}
+	}
+	if err := bindAll(writable, uid, gid); err != nil {
+		return failClosed(writable, err)
+	}
+	return nil
+}
+
+// wholeRoot reports whether writable leaves the whole root writable.
+func wholeRoot(writable []string) bool {
+	if writable == nil {
+		return true
+	}
+	for _, w := range writable {
+		if w == "/" {
+			return true
+		}
+	}
+	return false
+}
+
+// bindAll makes the root writable, then, unless writable leaves all of
+// it so, binds each path writable and makes the root read-only.
+func bindAll(writable []string, uid, gid int) error {
+	if err := SetRootReadOnly(false); err != nil {
+		return err
+	}
+	if wholeRoot(writable) {
+		return nil
+	}
+	for _, w := range writable {
+		if err := BindWritable(w, uid, gid); err != nil {
+			return err
+		}
+	}
+	return SetRootReadOnly(true)
+}
+
+// failClosed unbinds binds and makes the root read-only, and returns err.
+func failClosed(binds []string, err error) error {
+	for _, w := range binds {
+		if w != "/" {
+			_ = UnmountPath(w)
+		}
+	}
+	_ = SetRootReadOnly(true)
+	return err
+}

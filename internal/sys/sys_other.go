@@ -82,3 +82,14 @@ func SetRootReadOnly(bool) error             { return errdefs.ErrNotSupported }
 func BindWritable(string, int, int) error    { return errdefs.ErrNotSupported }
 func UnmountPath(string) error               { return errdefs.ErrNotSupported }
 func CheckBindable(string) error             { return errdefs.ErrNotSupported }
+
+// UnbindableError is ReplaceWritable's error for a path it cannot bind.
+type UnbindableError struct {
+	Path string
+	Err  error
+}
+
+func (e *UnbindableError) Error() string { return e.Path + ": " + e.Err.Error() }
+func (e *UnbindableError) Unwrap() error { return e.Err }
+
+func ReplaceWritable([]string, []string, int, int) error { return errdefs.ErrNotSupported }

@@ -138,14 +138,23 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 	if init := systemInit(); cfg.Init && init != "" {
 		return g.handOver(cfg, agentPort, init)
 	}
+	cgroup, err := commandCgroup()
+	if err != nil {
+		// The agent runs without: commands share its limits.
+		g.say(fmt.Sprintf("dsec: no cgroup for commands: %v", err))
+		cgroup = ""
+	}
 	l := newPortListener(agentPort)
 	g.say(fmt.Sprintf("%s devices=%dms root=%dms", g.readyLine(), g.devices.Milliseconds(), time.Since(start).Milliseconds()))
 	logger := slog.New(slog.NewTextHandler(g.console, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	err := agent.Run(context.Background(), agent.Options{
+	err = agent.Run(context.Background(), agent.Options{
 		Listener:   l,
 		Logger:     logger,
 		Version:    g.version,
 		DefaultEnv: append([]string{agent.DefaultPath}, cfg.Env...),
+		// The guest is the sandbox: its agent applies phases inside it.
+		Phases:        true,
+		CommandCgroup: cgroup,
 	})
 	if err == nil {
 		err = errors.New("the agent stopped")
@@ -217,4 +226,76 @@ func switchRoot(root string) error {
 		return fmt.Errorf("chroot: %w", err)
 	}
 	return syscall.Chdir("/")
+}
+
+// Where commands run, in the guest's cgroup2 tree.
+const (
+	cgroupRoot     = "/sys/fs/cgroup"
+	commandsCgroup = cgroupRoot + "/commands"
+)
+
+// Headroom the commands' cgroup leaves the agent and the kernel: tasks
+// (kernel threads count against kernel.threads-max too) and memory.
+const (
+	reservedTasks  = 256
+	reservedMemory = 32 << 20
+)
+
+// commandCgroup mounts cgroup2 and makes the cgroup the agent starts
+// every command in, with pids.max and memory.max below the guest's
+// threads-max and memory by a reserve: a fork bomb or a memory hog hits
+// the cgroup's limit (its OOM kills stay in it), and the agent, outside,
+// can still make threads and allocate. It returns the cgroup's path.
+func commandCgroup() (string, error) {
+	if err := os.MkdirAll(cgroupRoot, 0o755); err != nil {
+		return "", err
+	}
+	if err := syscall.Mount("cgroup2", cgroupRoot, "cgroup2", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+		return "", fmt.Errorf("mounting cgroup2: %w", err)
+	}
+	if err := os.WriteFile(cgroupRoot+"/cgroup.subtree_control", []byte("+pids +memory"), 0); err != nil {
+		return "", fmt.Errorf("enabling the pids and memory controllers: %w", err)
+	}
+	if err := os.Mkdir(commandsCgroup, 0o755); err != nil {
+		return "", err
+	}
+	threads, err := readInt("/proc/sys/kernel/threads-max")
+	if err != nil {
+		return "", err
+	}
+	mem, err := memTotal()
+	if err != nil {
+		return "", err
+	}
+	pids := max(threads-reservedTasks, threads/2)
+	memMax := max(mem-max(reservedMemory, mem/8), mem/2)
+	for f, v := range map[string]int64{"pids.max": pids, "memory.max": memMax} {
+		if err := os.WriteFile(commandsCgroup+"/"+f, []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+			return "", fmt.Errorf("setting %s: %w", f, err)
+		}
+	}
+	return commandsCgroup, nil
+}
+
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// memTotal is the guest's MemTotal, in bytes.
+func memTotal() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no MemTotal in /proc/meminfo")
 }

@@ -30,7 +30,12 @@
 //
 // The agent runs as root with every capability in the guest. Unlike a
 // container's agent, it is not what isolates the sandbox: the guest as a
-// whole is inside the trust boundary, and the VM is the isolation.
+// whole is inside the trust boundary, and the VM is the isolation. It
+// therefore applies phases' in-guest parts itself (agent.Options.Phases:
+// killing the earlier phase's processes, the read-only root and writable
+// paths). It starts every command in the cgroup /sys/fs/cgroup/commands,
+// whose pids and memory limits leave the agent room (a fork bomb or a
+// memory hog in the guest cannot starve it of threads or memory).
 //
 // # Test mode
 //
