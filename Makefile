@@ -11,7 +11,7 @@ TOOLS   := internal/builtin/assets/dsectools.wasm
 GUEST   := internal/builtin/assets/dsec-guest
 DATA    ?= /var/lib/dsec
 
-.PHONY: all build up test unit race lint python bench bench-container deps-runtime deps-test deps-bench clean FORCE
+.PHONY: all build up test unit race lint python bench bench-container bench-vm deps-runtime deps-test deps-bench clean FORCE
 
 all: build
 
@@ -58,7 +58,7 @@ test: deps-test lint race python
 
 # In-process benchmarks, then the whole system measured through its API by
 # `dsec bench` against a fresh `dsec up` (figures: docs/bench.md).
-bench: deps-bench build bench-container
+bench: deps-bench build bench-container bench-vm
 	$(GO) test -run '^$$' -bench 'InstantiateGoTool' -benchtime 2s ./internal/wasmopt/
 	$(GO) test -run '^$$' -bench 'CallTiny|CallGoTool' -benchtime 2s -cpu 1,2 ./internal/function/
 	$(GO) test -run '^$$' -bench 'IdleSandboxMemory' -benchtime 3x ./internal/function/
@@ -70,6 +70,14 @@ bench: deps-bench build bench-container
 # The container tier (issue 4): DSec against crun and runc of the same
 # root, exec round trips, where a create's time goes, 4,000 idle sandboxes,
 # then the same through the Python SDK against a fresh `dsec up`.
+# The VM tiers under this machine's accelerator (TCG here): boot to ready,
+# QEMU's memory, 4 creates at once, the vm tier, a network's cost.
+bench-vm: deps-bench build
+	$(GO) test -run '^$$' -bench '^BenchmarkCreate$$' -benchtime 8x -timeout 20m ./internal/microvm/
+	$(GO) test -run '^$$' -bench 'CreateParallel4' -benchtime 3x -timeout 20m ./internal/microvm/
+	$(GO) test -run '^$$' -bench 'CreateVM' -benchtime 6x -timeout 20m ./internal/microvm/
+	DSEC_TEST_MICROVM_NETBENCH=1 $(GO) test -run 'TestNetworkBootTime' -count=1 -v -timeout 20m ./internal/microvm/ | grep -E 'boot|network|PASS|FAIL'
+
 bench-container: deps-bench build
 	$(GO) test -run '^$$' -bench 'VsOCI' -benchtime 10x -timeout 30m ./internal/container/
 	$(GO) test -run '^$$' -bench '^BenchmarkCycle$$' -benchtime 400x ./internal/container/

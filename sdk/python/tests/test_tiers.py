@@ -62,3 +62,29 @@ def test_microvm_node_and_leftovers(server: DSecServer, conn: Conn, labels: dict
     assert tiers["microvm"]["available"], tiers["microvm"]
     assert tiers["microvm"]["accelerator"] in ("tcg", "kvm"), tiers["microvm"]
     assert not qemu_under(server.data_dir), "QEMU processes left by earlier tests"
+
+
+def test_microvm_phases(conn: Conn, labels: dict[str, str]) -> None:
+    """Phases on a VM through the API: the guest's agent ends the earlier
+    phase's processes and applies writable paths and the user; the network
+    of a later phase gives the VM its NIC from the start; the integrity
+    report says which parts the guest enforced and that the node's
+    monitor did not watch it. One boot."""
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("the microvm tier needs QEMU (Debian qemu-system-x86)")
+    phases = [
+        {"name": "setup"},
+        {"name": "coding", "writable": ["/workspace"], "user": "1000",
+         "network": {"egress": "allowlist", "allow": [{"cidr": "192.0.2.9/32", "proto": "tcp", "ports": "80"}]}},
+    ]
+    with Sandbox.create(tier="microvm", phases=phases, metadata=labels, **conn) as sb:
+        r = sb.commands.run("mkdir -p /workspace && chmod 777 /workspace && (setsid sleep 600 &) && id -u")
+        assert r.stdout == "0\n" and r.phase == "setup", r
+        assert sb.set_phase("coding").phase == "coding"
+        r = sb.commands.run("id -u; pgrep sleep || echo no-sleep; touch /workspace/ok && echo wrote; touch /etc/no 2>&1; ip -4 -o addr | grep -vc ' lo '; true")
+        lines = r.stdout.splitlines()
+        assert lines[:3] == ["1000", "no-sleep", "wrote"] and "Read-only file system" in r.stdout and lines[-1] == "1", r
+        report = sb.integrity()
+        assert report["monitored"] is False, report
+        assert {"writable", "user", "processes"} <= set(report["guest_enforced"]), report
+        assert [p["phase"] for p in report["phases"]] == ["setup", "coding"], report
