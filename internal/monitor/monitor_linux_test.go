@@ -4,6 +4,7 @@ package monitor
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,19 +48,31 @@ func cgroup2(t *testing.T, name string) (string, uint64) {
 // has been moved there) and waits for it.
 func runIn(t *testing.T, dir, script string) {
 	t.Helper()
-	cmd := exec.Command("/bin/sh", "-c", "read x; "+script)
+	// The shell says it runs before it joins the group: the exec
+	// tracepoint fires after exec has closed the descriptor exec.Cmd
+	// waits on, so a shell moved in as soon as Start returns could still
+	// be in its own exec, and be killed for it.
+	cmd := exec.Command("/bin/sh", "-c", "echo; read x; "+script)
 	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := out.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("the shell did not start: %v", err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
 	in.Write([]byte("go\n"))
 	in.Close()
+	go io.Copy(io.Discard, out)
 	_ = cmd.Wait()
 }
 
