@@ -274,6 +274,13 @@ func commandCgroup() (string, error) {
 			return "", fmt.Errorf("setting %s: %w", f, err)
 		}
 	}
+	// The agent, in the root group, outweighs every command together
+	// (cpu.weight 1 against a task's 100): a command that spins or forks
+	// without end on the guest's vCPUs leaves it the CPU to answer the
+	// node. Best effort: without the cpu controller commands share it.
+	if err := os.WriteFile(cgroupRoot+"/cgroup.subtree_control", []byte("+cpu"), 0); err == nil {
+		_ = os.WriteFile(commandsCgroup+"/cpu.weight", []byte("1"), 0)
+	}
 	return commandsCgroup, nil
 }
 
