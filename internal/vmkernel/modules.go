@@ -11,10 +11,13 @@ import (
 // GuestModules are the modules the guest loads, in an order that already
 // satisfies their hard dependencies (the closure of each module's
 // depends= is added before it). crc32c_generic is listed for libcrc32c,
-// which only asks for "crc32c" at run time; without it erofs fails to load.
+// which only asks for "crc32c" at run time; without it erofs fails to load
+// (ext4's metadata checksums use it too). ext4 (with jbd2, mbcache and
+// crc16) is the file system of a VM's writable upper disk; the guest
+// loads it only for such a disk (vminit.UpperModules).
 var GuestModules = []string{
 	"virtio_ring", "virtio", "virtio_mmio", "virtio_pci", "virtio_blk", "virtio_console", "virtio_net",
-	"crc32c_generic", "libcrc32c", "erofs", "overlay",
+	"crc32c_generic", "libcrc32c", "erofs", "overlay", "ext4",
 }
 
 // modInfo is what the build needs from a module's .modinfo section.

@@ -30,8 +30,8 @@ import (
 // the conversion or the module set bumps it. Entries of recipe 2 on live
 // under kernel/r<recipe>/, so nodes (and test runs) of different recipes
 // sharing one cache directory do not replace each other's entries; older
-// ones are ignored.
-const recipe = 2
+// ones are ignored. Recipe 3 adds ext4 (the upper disk's file system).
+const recipe = 3
 
 // Kernel is a cached guest kernel. It is a value; the files it names are
 // never modified once cached.
