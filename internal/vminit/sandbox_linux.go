@@ -103,7 +103,7 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		}
 		lowers = append([]string{target}, lowers...)
 	}
-	if err := mountUpper(cfg, disks); err != nil {
+	if err := g.mountUpper(cfg, disks); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(newRoot, 0o755); err != nil {
@@ -137,7 +137,8 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		cgroup = ""
 	}
 	l := newPortListener(agentPort)
-	g.say(fmt.Sprintf("%s devices=%dms root=%dms", g.readyLine(), g.devices.Milliseconds(), time.Since(start).Milliseconds()))
+	g.say(fmt.Sprintf("%s devices=%dms root=%dms upper=%dms+%dms", g.readyLine(), g.devices.Milliseconds(), time.Since(start).Milliseconds(),
+		g.upperModules.Milliseconds(), g.upperMount.Milliseconds()))
 	logger := slog.New(slog.NewTextHandler(g.console, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	err = agent.Run(context.Background(), agent.Options{
 		Listener:   l,
@@ -159,7 +160,7 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 // discard, so that what is deleted frees the host's file; noinit_itable,
 // as the node's mkfs left the inode tables lazily initialised and
 // nothing needs them zeroed), else a tmpfs of cfg.UpperMiB.
-func mountUpper(cfg *vmconfig.Config, disks map[string]string) error {
+func (g *guest) mountUpper(cfg *vmconfig.Config, disks map[string]string) error {
 	if err := os.MkdirAll(upperDir, 0o755); err != nil {
 		return err
 	}
@@ -175,12 +176,16 @@ func mountUpper(cfg *vmconfig.Config, disks map[string]string) error {
 		if err := waitDev(dev); err != nil {
 			return err
 		}
+		start := time.Now()
 		if _, err := loadUpperModules(); err != nil {
 			return err
 		}
+		g.upperModules = time.Since(start)
+		start = time.Now()
 		if err := syscall.Mount(dev, upperDir, "ext4", syscall.MS_NOATIME, "discard,noinit_itable"); err != nil {
 			return fmt.Errorf("mounting the upper disk %s: %w", dev, err)
 		}
+		g.upperMount = time.Since(start)
 		if err := os.Chmod(upperDir, 0o755); err != nil {
 			return err
 		}

@@ -39,6 +39,8 @@ type guest struct {
 	loaded  int           // modules loaded
 	initAt  time.Duration // the guest's uptime when the init started
 	devices time.Duration // finding the config disk and the agent port took
+	// Loading UpperModules and mounting the upper disk took.
+	upperModules, upperMount time.Duration
 }
 
 func (g *guest) run() error {
