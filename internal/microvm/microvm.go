@@ -15,11 +15,12 @@
 // vmconfig.Config to a small raw disk (config.img, serial
 // vmconfig.DiskSerial), and starts QEMU with that disk and every layer's
 // two files as read-only raw virtio-blk disks (serials l<i>m and l<i>b),
-// the agent port, and vCPUs and memory from the spec. The boot watchdog
-// (vmm.VM.WaitReady) waits for the agent's hello on agent.sock; the
-// connection that answered it is the sandbox's. Any failure tears down
-// what was built, through a cleanup stack: QEMU, the network, its run
-// directory, the layer references.
+// the writable upper disk (see Limits), the agent port, and vCPUs and
+// memory from the spec. The boot watchdog (vmm.VM.WaitReady) waits for
+// the agent's hello on agent.sock; the connection that answered it is
+// the sandbox's. Any failure tears down what was built, through a
+// cleanup stack: QEMU, the network, its run directory (with the upper
+// disk), the layer references.
 //
 // # Network
 //
@@ -131,7 +132,7 @@ const (
 const (
 	DefaultBootTimeout = 60 * time.Second
 	// minMemoryMiB is the least memory a guest boots with: the kernel,
-	// the agent and the upper tmpfs's first writes.
+	// the agent and (UpperTmpfs) the upper tmpfs's first writes.
 	minMemoryMiB = 128
 )
 
