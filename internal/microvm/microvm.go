@@ -67,7 +67,8 @@
 // refused. Background processes and PTYs go through the same agent calls
 // as the container tier's. Stats mixes the host's measures of QEMU's
 // process (HostMemoryBytes, CPUSeconds) with the guest's own view
-// (MemoryBytes, MemoryLimitBytes, Processes).
+// (MemoryBytes, MemoryLimitBytes, Processes, and DiskBytes,
+// DiskLimitBytes, DiskFull from its statfs of its root).
 //
 // # Limits
 //
@@ -81,7 +82,10 @@
 // serial vmconfig.UpperSerial (discard=unmap; the guest mounts it with
 // discard, so deleted files free the host's blocks). What a sandbox
 // writes costs the host's disk, not the guest's memory, and a full disk
-// is ENOSPC in the guest; the file goes with the run directory. With
+// is ENOSPC in the guest (Stats' DiskFull); the file goes with the run
+// directory and is never counted against the host's free space: disks
+// are sparse and overcommitted. The guest loads ext4 for it (~130 ms of
+// a TCG boot, see docs/architecture.md "VM upper disk"). With
 // UpperTmpfs the upper is a tmpfs of Spec.DiskMB in the guest: what is
 // written counts against the guest's memory, and filling it can run the
 // guest out of memory before the tmpfs is full.
