@@ -3,14 +3,15 @@
 #   scripts/deps.sh runtime   what `dsec up` needs (qemu-system-x86 brings
 #                             qemu-system-data, with the microvm firmware,
 #                             and seabios, the vm tier's q35 firmware
-#                             bios-256k.bin, as dependencies)
+#                             bios-256k.bin, as dependencies; e2fsprogs
+#                             formats the VM tiers' upper disks)
 #   scripts/deps.sh test      what `make test` needs on top
 #   scripts/deps.sh bench     what `make bench` needs on top: the test set,
 #                             and crun and runc, the baselines the container
 #                             tier is measured against
 set -euo pipefail
 
-runtime=(ca-certificates erofs-utils busybox-static debootstrap qemu-system-x86)
+runtime=(ca-certificates erofs-utils busybox-static debootstrap qemu-system-x86 e2fsprogs)
 test=(python3 python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr)
 bench=(crun runc)
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // stats reports on the agent and its sandbox from /proc. It is
@@ -41,6 +42,9 @@ func (a *agent) stats() agentproto.AgentStats {
 	st.MemAvailableBytes = procKiB("/proc/meminfo", "MemAvailable:")
 	if b, err := os.ReadFile("/sys/fs/cgroup/memory.current"); err == nil {
 		st.CgroupMemoryBytes, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	}
+	if u, err := sys.StatFS("/"); err == nil {
+		st.RootUsedBytes, st.RootSizeBytes, st.RootFull = u.Used, u.Size, u.Full()
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {

@@ -241,6 +241,12 @@ type AgentStats struct {
 	CgroupMemoryBytes int64   `json:"cgroup_memory_bytes,omitempty"`
 	Load1             float64 `json:"load1"`
 	Goroutines        int     `json:"goroutines"`
+	// RootUsedBytes and RootSizeBytes are statfs of the agent's root
+	// (an overlay's are its upper's); RootFull is set when it has no
+	// room or no inode left.
+	RootUsedBytes int64 `json:"root_used_bytes,omitempty"`
+	RootSizeBytes int64 `json:"root_size_bytes,omitempty"`
+	RootFull      bool  `json:"root_full,omitempty"`
 }
 
 // processPage and filePage are the JSON chunks of listings.

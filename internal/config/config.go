@@ -170,6 +170,11 @@ type MicroVM struct {
 	// (default "dsec-microvm"; the vm tier's [vm] cgroup_parent,
 	// "dsec-vm").
 	CgroupParent string `toml:"cgroup_parent"`
+	// Upper is the kind of a VM's writable layer, in both VM tiers:
+	// "disk" (the default: an ext4 disk of the sandbox's disk size, a
+	// sparse file in its run directory) or "tmpfs" (a tmpfs of that size
+	// in the guest, which counts against the guest's memory).
+	Upper string `toml:"upper"`
 }
 
 // VM configures the vm tier of a node: a QEMU q35 machine per sandbox
@@ -321,6 +326,11 @@ func (c *Config) Validate() error {
 	case "", "auto", "kvm", "tcg":
 	default:
 		return fmt.Errorf("microvm.accelerator %q: want auto, kvm or tcg", c.MicroVM.Accelerator)
+	}
+	switch c.MicroVM.Upper {
+	case "", "disk", "tmpfs":
+	default:
+		return fmt.Errorf("microvm.upper %q: want disk or tmpfs", c.MicroVM.Upper)
 	}
 	if c.MicroVM.BootTimeoutS < 0 {
 		return fmt.Errorf("microvm.boot_timeout_s %d: want a positive number of seconds", c.MicroVM.BootTimeoutS)

@@ -80,12 +80,13 @@ cache_dir = "/var/cache/dsec-vm"
 qemu = "/opt/qemu/bin/qemu-system-x86_64"
 accelerator = "tcg"
 boot_timeout_s = 20
+upper = "tmpfs"
 `), 0o644)
 	c := Defaults()
 	if err := c.Load(path, true); err != nil {
 		t.Fatal(err)
 	}
-	want := MicroVM{CacheDir: "/var/cache/dsec-vm", QEMU: "/opt/qemu/bin/qemu-system-x86_64", Accelerator: "tcg", BootTimeoutS: 20}
+	want := MicroVM{CacheDir: "/var/cache/dsec-vm", QEMU: "/opt/qemu/bin/qemu-system-x86_64", Accelerator: "tcg", BootTimeoutS: 20, Upper: "tmpfs"}
 	if c.MicroVM != want {
 		t.Errorf("[microvm] = %+v, want %+v", c.MicroVM, want)
 	}
@@ -95,6 +96,11 @@ boot_timeout_s = 20
 	if d := Defaults(); d.MicroVM.Disabled || d.Validate() != nil {
 		t.Errorf("defaults: microvm disabled %v, validate %v", d.MicroVM.Disabled, d.Validate())
 	}
+	c.MicroVM.Upper = "ramdisk"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "upper") {
+		t.Errorf("upper ramdisk: Validate = %v", err)
+	}
+	c.MicroVM.Upper = ""
 	c.MicroVM.Accelerator = "hvf"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "accelerator") {
 		t.Errorf("accelerator hvf: Validate = %v", err)

@@ -159,6 +159,7 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 		BootTimeout: time.Duration(timeout) * time.Second,
 		QEMU:        c.QEMU,
 		Machine:     machine,
+		Upper:       c.Upper,
 	}
 	if nets != nil {
 		opt.Network = nets

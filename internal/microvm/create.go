@@ -30,7 +30,7 @@ const (
 	configDisk = "config.img"
 )
 
-// defaultUpperMiB sizes the upper tmpfs when the spec gives no disk size.
+// defaultUpperMiB sizes the upper layer when the spec gives no disk size.
 const defaultUpperMiB = 256
 
 // Create implements sandbox.Runtime.
@@ -68,7 +68,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	var ep *network.Endpoint
 	var tap *os.File
 	var mtu int
-	var netTime time.Duration
+	var netTime, upperTime time.Duration
 	if linked {
 		s := time.Now()
 		if ep, err = r.opt.Network.Acquire(ctx, spec.ID, policy); err != nil {
@@ -109,6 +109,16 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			vmm.Disk{Path: filepath.Join(d, layerspec.MetaFile), Serial: meta},
 			vmm.Disk{Path: filepath.Join(d, layerspec.BlobFile), Serial: blob})
 	}
+	var upper *vmm.Disk
+	if r.upperKind() == UpperDisk {
+		s := time.Now()
+		p, err := r.makeUpper(ctx, dir, cfg.UpperMiB)
+		if err != nil {
+			return nil, err
+		}
+		upper, cfg.UpperDisk = &vmm.Disk{Path: p, Serial: vmconfig.UpperSerial}, vmconfig.UpperSerial
+		upperTime = time.Since(s)
+	}
 	b, err := cfg.Encode()
 	if err != nil {
 		return nil, err
@@ -127,6 +137,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		Initrd:        initrd,
 		Cmdline:       r.cmdline(),
 		Disks:         disks,
+		Writable:      upper,
 		Agent:         true,
 		RunDir:        dir,
 		Binary:        r.opt.QEMU,
@@ -166,7 +177,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	}
 
 	var client *agentproto.Client
-	tm := Timing{Network: netTime, Spawn: vm.Started.Spawn.Sub(t0), QMP: vm.Started.QMP.Sub(t0), Cont: contAt.Sub(t0)}
+	tm := Timing{Network: netTime, Upper: upperTime, Spawn: vm.Started.Spawn.Sub(t0), QMP: vm.Started.QMP.Sub(t0), Cont: contAt.Sub(t0)}
 	err = vm.WaitReady(ctx, func(ctx context.Context) error {
 		c, err := dialAgent(ctx, vm.AgentSocket(), r, &tm, t0)
 		client = c
@@ -176,7 +187,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 	cu.Add(func() { client.Close() })
-	r.log.Debug("microvm ready", "id", spec.ID, "network", tm.Network, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
+	r.log.Debug("microvm ready", "id", spec.ID, "network", tm.Network, "upper", tm.Upper, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
 	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, timing: tm, unjail: unjail}
 	if err := sb.startPhase(ctx); err != nil {
@@ -284,6 +295,7 @@ func dialAgent(ctx context.Context, sock string, r *Runtime, tm *Timing, t0 time
 // spec's checks): for measurements and debug logs.
 type Timing struct {
 	Network   time.Duration // how long acquiring the network and plugging the tap took (not an offset)
+	Upper     time.Duration // how long making the upper disk took (not an offset)
 	Spawn     time.Duration // QEMU's process started
 	QMP       time.Duration // its QMP answered
 	Cont      time.Duration // the guest was let run

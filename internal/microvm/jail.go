@@ -185,6 +185,12 @@ func (r *Runtime) jailVM(ctx context.Context, id, dir string, vmcfg *vmm.Config)
 	if err != nil {
 		return fail(err)
 	}
+	if w := vmcfg.Writable; w != nil {
+		// The upper disk (0600): QEMU opens it writable by its descriptor.
+		if err := os.Chown(w.Path, int(uid), int(uid)); err != nil {
+			return fail(err)
+		}
+	}
 	vmcfg.User, vmcfg.PassFiles, vmcfg.RunDir = u, true, q
 	if j.Cgroups == nil {
 		return nil, free, nil

@@ -15,11 +15,12 @@
 // vmconfig.Config to a small raw disk (config.img, serial
 // vmconfig.DiskSerial), and starts QEMU with that disk and every layer's
 // two files as read-only raw virtio-blk disks (serials l<i>m and l<i>b),
-// the agent port, and vCPUs and memory from the spec. The boot watchdog
-// (vmm.VM.WaitReady) waits for the agent's hello on agent.sock; the
-// connection that answered it is the sandbox's. Any failure tears down
-// what was built, through a cleanup stack: QEMU, the network, its run
-// directory, the layer references.
+// the writable upper disk (see Limits), the agent port, and vCPUs and
+// memory from the spec. The boot watchdog (vmm.VM.WaitReady) waits for
+// the agent's hello on agent.sock; the connection that answered it is
+// the sandbox's. Any failure tears down what was built, through a
+// cleanup stack: QEMU, the network, its run directory (with the upper
+// disk), the layer references.
 //
 // # Network
 //
@@ -50,7 +51,7 @@
 // quota = vCPUs; made before QEMU starts, QEMU moved in while the guest
 // is still paused), and gets its kernel, initrd and disks as descriptors
 // the node opens (vmm.Config.PassFiles). A jailed VM's run directory is
-// the node's (state.json, the config disk chowned to QEMU's uid); QEMU
+// the node's (state.json, the config and upper disks chowned to QEMU's uid); QEMU
 // owns only its subdirectory "q" (sockets, serial log). Destroy and a
 // failed create remove the cgroup and free the uid. See jail.go.
 //
@@ -66,12 +67,28 @@
 // refused. Background processes and PTYs go through the same agent calls
 // as the container tier's. Stats mixes the host's measures of QEMU's
 // process (HostMemoryBytes, CPUSeconds) with the guest's own view
-// (MemoryBytes, MemoryLimitBytes, Processes).
+// (MemoryBytes, MemoryLimitBytes, Processes, and DiskBytes,
+// DiskLimitBytes, DiskFull from its statfs of its root).
 //
 // # Limits
 //
-// The upper layer is a tmpfs in the guest sized by Spec.DiskMB: what a
-// sandbox writes counts against its memory.
+// Spec.CPU is rounded up to whole vCPUs (at most the host's), Spec.MemoryMB
+// is the guest's memory (at least minMemoryMiB), and Spec.DiskMB (default
+// 256 MiB) sizes the writable upper layer. With Options.Upper UpperDisk
+// (the default) that layer is a disk of its own (upper.go): a sparse raw
+// file upper.img in the run directory, a copy (reflink, else sparse) of
+// an empty ext4 file system made once per size by mkfs.ext4 under
+// CacheDir/upper, given to QEMU as the writable virtio-blk disk with
+// serial vmconfig.UpperSerial (discard=unmap; the guest mounts it with
+// discard, so deleted files free the host's blocks). What a sandbox
+// writes costs the host's disk, not the guest's memory, and a full disk
+// is ENOSPC in the guest (Stats' DiskFull); the file goes with the run
+// directory and is never counted against the host's free space: disks
+// are sparse and overcommitted. The guest loads ext4 for it (~130 ms of
+// a TCG boot, see docs/architecture.md "VM upper disk"). With
+// UpperTmpfs the upper is a tmpfs of Spec.DiskMB in the guest: what is
+// written counts against the guest's memory, and filling it can run the
+// guest out of memory before the tmpfs is full.
 //
 // # Recover
 //
@@ -119,7 +136,7 @@ const (
 const (
 	DefaultBootTimeout = 60 * time.Second
 	// minMemoryMiB is the least memory a guest boots with: the kernel,
-	// the agent and the upper tmpfs's first writes.
+	// the agent and (UpperTmpfs) the upper tmpfs's first writes.
 	minMemoryMiB = 128
 )
 
@@ -138,7 +155,9 @@ type Options struct {
 	// console log, config disk). Unix socket paths are limited to 107
 	// bytes: keep it short.
 	StateDir string
-	// CacheDir caches the guest kernel and initramfs (vmkernel).
+	// CacheDir caches the guest kernel and initramfs (vmkernel) and the
+	// upper disks' templates (upper/). On StateDir's file system, the
+	// disks are reflinks of their template where it has them.
 	CacheDir string
 	// Layers gives the layers' files.
 	Layers LayerFiles
@@ -166,6 +185,9 @@ type Options struct {
 	// Jail runs each QEMU as an unprivileged user in a cgroup of its own;
 	// nil runs it as the node's user, in the node's cgroup (tests).
 	Jail *Jail
+	// Upper is the kind of each VM's writable upper layer: UpperDisk (the
+	// default) or UpperTmpfs.
+	Upper string
 }
 
 // Runtime is the microvm tier on one node. It is safe for concurrent use.
@@ -205,6 +227,11 @@ func New(ctx context.Context, opt Options) (*Runtime, error) {
 	default:
 		return nil, fmt.Errorf("microvm: machine %q is not %q or %q", opt.Machine, vmm.MicroVM, vmm.Q35)
 	}
+	switch opt.Upper {
+	case "", UpperDisk, UpperTmpfs:
+	default:
+		return nil, fmt.Errorf("microvm: upper %q is not %q or %q", opt.Upper, UpperDisk, UpperTmpfs)
+	}
 	if err := os.MkdirAll(opt.StateDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -243,6 +270,8 @@ func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {
 	}
 	if _, err := exec.LookPath(bin); err != nil {
 		info.Available, info.Reason = false, "QEMU is not installed (Debian qemu-system-x86)"
+	} else if _, err := exec.LookPath(mkfsExt4); err != nil && r.upperKind() == UpperDisk {
+		info.Available, info.Reason = false, "mkfs.ext4 is not installed (Debian e2fsprogs) for the VMs' upper disks"
 	}
 	return info
 }

@@ -155,7 +155,8 @@ func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
 // HostMemoryBytes is its resident memory (the guest's touched pages and
 // QEMU's own), CPUSeconds its CPU time (every vCPU's). The guest's agent
 // reports the guest's view: MemoryBytes and MemoryLimitBytes are the
-// guest's used and total memory, Processes its process count; it is
+// guest's used and total memory, Processes its process count, DiskBytes,
+// DiskLimitBytes and DiskFull its root's statfs (the upper's); it is
 // informative only (the guest may lie about itself, never about the
 // host's figures).
 func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
@@ -177,6 +178,8 @@ func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
 		CPUSeconds:       u.CPUSeconds,
 		Processes:        st.Processes,
 		HostMemoryBytes:  u.RSSBytes,
+		// The guest's statfs of its root: the upper disk's or tmpfs's.
+		DiskBytes: st.RootUsedBytes, DiskLimitBytes: st.RootSizeBytes, DiskFull: st.RootFull,
 	}, nil
 }
 

@@ -277,8 +277,8 @@ func TestRecoverSweepsOrphans(t *testing.T) {
 }
 
 // TestJailedRecover: a jailed VM survives its runtime's Close and is
-// re-adopted, uid and cgroup included, by a new runtime's Recover; its
-// Destroy then removes everything.
+// re-adopted, uid, cgroup and upper disk (with what was written) included,
+// by a new runtime's Recover; its Destroy then removes everything.
 func TestJailedRecover(t *testing.T) {
 	rt, cg := jailedRuntime(t, vmm.MicroVM, "")
 	ctx := ctxT(t, 3*time.Minute)
@@ -288,6 +288,10 @@ func TestJailedRecover(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("Create: %v", err)
+	}
+	// A file on the upper disk: the disk stays with the VM.
+	if res, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"sh", "-c", "echo kept > /root/kept"}}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("writing to the upper: %+v, %v", res, err)
 	}
 	rt.Close(ctx)
 	rt2, err := New(ctx, rt.opt)
@@ -299,9 +303,13 @@ func TestJailedRecover(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Recover: %d sandboxes, %v", len(got), err)
 	}
-	res, err := got[0].Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"echo", "back"}}})
-	if err != nil || res.Stdout != "back\n" {
+	res, err := got[0].Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"cat", "/root/kept"}}})
+	if err != nil || res.Stdout != "kept\n" {
 		t.Fatalf("Exec after Recover: %+v, %v", res, err)
+	}
+	img := filepath.Join(rt2.opt.StateDir, "mvm-rec", upperFile)
+	if _, err := os.Stat(img); err != nil {
+		t.Errorf("the upper disk after Recover: %v", err)
 	}
 	if rt2.uids[testUIDBase] != "mvm-rec" {
 		t.Errorf("recovered uids %v", rt2.uids)
@@ -312,7 +320,9 @@ func TestJailedRecover(t *testing.T) {
 	if names, _ := cg.List(); len(names) > 0 {
 		t.Errorf("cgroups after Destroy: %v", names)
 	}
-	_ = sb
+	if _, err := os.Stat(img); !os.IsNotExist(err) {
+		t.Errorf("the upper disk after Destroy: %v", err)
+	}
 }
 
 // TestVMConformance runs the tier conformance suite on the vm tier (q35),

@@ -93,3 +93,7 @@ func (e *UnbindableError) Error() string { return e.Path + ": " + e.Err.Error() 
 func (e *UnbindableError) Unwrap() error { return e.Err }
 
 func ReplaceWritable([]string, []string, int, int) error { return errdefs.ErrNotSupported }
+
+func CloneFile(dst, src string, perm os.FileMode) (bool, error) {
+	return false, fmt.Errorf("cloning %s: %w", src, errdefs.ErrNotSupported)
+}

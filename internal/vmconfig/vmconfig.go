@@ -17,6 +17,10 @@ import (
 // DiskSerial is the virtio-blk serial of the config disk.
 const DiskSerial = "dsec-config"
 
+// UpperSerial is the virtio-blk serial the node gives an upper disk
+// (Config.UpperDisk).
+const UpperSerial = "dsec-upper"
+
 // MaxSize bounds the config disk: the guest reads at most this much.
 const MaxSize = 1 << 20
 
@@ -27,9 +31,13 @@ const sector = 512
 type Config struct {
 	// Layers are the image's layers, bottom first.
 	Layers []Layer `json:"layers"`
-	// UpperMiB sizes the writable upper layer: a tmpfs in the guest, so
-	// what is written counts against the guest's memory.
+	// UpperMiB is the size of the writable upper layer.
 	UpperMiB int `json:"upper_mib"`
+	// UpperDisk, if set, is the serial of the upper layer's disk: a
+	// writable virtio-blk disk of UpperMiB holding an empty ext4 file
+	// system. Without it the upper layer is a tmpfs of UpperMiB in the
+	// guest, and what is written counts against the guest's memory.
+	UpperDisk string `json:"upper_disk,omitempty"`
 	// Hostname is the guest's host name.
 	Hostname string `json:"hostname,omitempty"`
 	// Env is the environment of every command (NAME=value), under the

@@ -20,7 +20,7 @@ import (
 // Where the init assembles the guest's root, in the initramfs.
 const (
 	lowerDir = "/lower" // /lower/<i>: layer i's EROFS mount
-	upperDir = "/upper" // the upper tmpfs: upper/ and work/
+	upperDir = "/upper" // the upper disk or tmpfs: upper/ and work/
 	newRoot  = "/newroot"
 )
 
@@ -74,7 +74,7 @@ func readConfig(dev string) (*vmconfig.Config, error) {
 }
 
 // sandbox turns the guest into a sandbox: it assembles the root from
-// cfg's layers and a tmpfs upper, switches into it, and serves the node
+// cfg's layers and an upper disk or tmpfs, switches into it, and serves the node
 // as the agent on the dsec.agent port until the agent stops. The agent
 // runs as root with every capability: the guest is inside the trust
 // boundary, the VM is the isolation.
@@ -103,16 +103,8 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		}
 		lowers = append([]string{target}, lowers...)
 	}
-	if err := os.MkdirAll(upperDir, 0o755); err != nil {
+	if err := g.mountUpper(cfg, disks); err != nil {
 		return err
-	}
-	if err := syscall.Mount("tmpfs", upperDir, "tmpfs", 0, fmt.Sprintf("size=%dm,mode=0755", cfg.UpperMiB)); err != nil {
-		return fmt.Errorf("mounting the upper tmpfs: %w", err)
-	}
-	for _, d := range []string{"upper", "work"} {
-		if err := os.Mkdir(filepath.Join(upperDir, d), 0o755); err != nil {
-			return err
-		}
 	}
 	if err := os.MkdirAll(newRoot, 0o755); err != nil {
 		return err
@@ -145,7 +137,8 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		cgroup = ""
 	}
 	l := newPortListener(agentPort)
-	g.say(fmt.Sprintf("%s devices=%dms root=%dms", g.readyLine(), g.devices.Milliseconds(), time.Since(start).Milliseconds()))
+	g.say(fmt.Sprintf("%s devices=%dms root=%dms upper=%dms+%dms", g.readyLine(), g.devices.Milliseconds(), time.Since(start).Milliseconds(),
+		g.upperModules.Milliseconds(), g.upperMount.Milliseconds()))
 	logger := slog.New(slog.NewTextHandler(g.console, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	err = agent.Run(context.Background(), agent.Options{
 		Listener:   l,
@@ -160,6 +153,49 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		err = errors.New("the agent stopped")
 	}
 	return fmt.Errorf("agent: %w", err)
+}
+
+// mountUpper mounts the upper layer's file system on upperDir and makes
+// its upper/ and work/ directories: the ext4 disk cfg.UpperDisk (noatime;
+// discard, so that what is deleted frees the host's file; noinit_itable,
+// as the node's mkfs left the inode tables lazily initialised and
+// nothing needs them zeroed), else a tmpfs of cfg.UpperMiB.
+func (g *guest) mountUpper(cfg *vmconfig.Config, disks map[string]string) error {
+	if err := os.MkdirAll(upperDir, 0o755); err != nil {
+		return err
+	}
+	if cfg.UpperDisk == "" {
+		if err := syscall.Mount("tmpfs", upperDir, "tmpfs", 0, fmt.Sprintf("size=%dm,mode=0755", cfg.UpperMiB)); err != nil {
+			return fmt.Errorf("mounting the upper tmpfs: %w", err)
+		}
+	} else {
+		dev := disks[cfg.UpperDisk]
+		if dev == "" {
+			return fmt.Errorf("no upper disk with serial %q", cfg.UpperDisk)
+		}
+		if err := waitDev(dev); err != nil {
+			return err
+		}
+		start := time.Now()
+		if _, err := loadUpperModules(); err != nil {
+			return err
+		}
+		g.upperModules = time.Since(start)
+		start = time.Now()
+		if err := syscall.Mount(dev, upperDir, "ext4", syscall.MS_NOATIME, "discard,noinit_itable"); err != nil {
+			return fmt.Errorf("mounting the upper disk %s: %w", dev, err)
+		}
+		g.upperMount = time.Since(start)
+		if err := os.Chmod(upperDir, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(upperDir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeEtc writes the root's /etc/hostname, hosts and resolv.conf (in

@@ -39,6 +39,8 @@ type guest struct {
 	loaded  int           // modules loaded
 	initAt  time.Duration // the guest's uptime when the init started
 	devices time.Duration // finding the config disk and the agent port took
+	// Loading UpperModules and mounting the upper disk took.
+	upperModules, upperMount time.Duration
 }
 
 func (g *guest) run() error {
@@ -117,13 +119,25 @@ func (g *guest) say(line string) {
 	}
 }
 
-// loadModules loads the modules ModulesList names, in its order. A module
-// already loaded (or built in) is not an error. A module of
-// DeviceModules is skipped when the VM has no virtio device of its type,
-// one of PCIModules when it has no PCI bus
+// loadModules loads the modules ModulesList names, in its order, but
+// UpperModules (loadUpperModules loads them when the VM has an upper
+// disk). A module already loaded (or built in) is not an error. A module
+// of DeviceModules is skipped when the VM has no virtio device of its
+// type, one of PCIModules when it has no PCI bus
 // (the modules before it in the list, virtio_mmio among them, have
 // registered the VM's devices by then).
 func loadModules() (int, error) {
+	return loadListed(func(name string) bool { return !UpperModules[name] })
+}
+
+// loadUpperModules loads UpperModules, in ModulesList's order.
+func loadUpperModules() (int, error) {
+	return loadListed(func(name string) bool { return UpperModules[name] })
+}
+
+// loadListed loads the modules of ModulesList that want accepts, as
+// loadModules says.
+func loadListed(want func(name string) bool) (int, error) {
 	b, err := os.ReadFile(ModulesList)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -135,7 +149,7 @@ func loadModules() (int, error) {
 	var devices map[string]bool // virtio device IDs, read when first needed
 	pci := hasPCI()
 	for _, p := range parseModulesList(string(b)) {
-		if PCIModules[moduleName(p)] && !pci {
+		if !want(moduleName(p)) || PCIModules[moduleName(p)] && !pci {
 			continue
 		}
 		if id, ok := DeviceModules[moduleName(p)]; ok {

@@ -1,8 +1,11 @@
 package vmkernel
 
 import (
+	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -123,5 +126,30 @@ func TestParseCPUInfoTSC(t *testing.T) {
 				t.Errorf("got %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestStripSignature(t *testing.T) {
+	body := []byte("\x7fELF module body")
+	sig := []byte("pkcs7 signature bytes")
+	trailer := make([]byte, 12)
+	binary.BigEndian.PutUint32(trailer[8:], uint32(len(sig)))
+	signed := slices.Concat(body, sig, trailer, []byte(sigMagic))
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want []byte
+	}{
+		{name: "signed", in: signed, want: body},
+		{name: "unsigned", in: body, want: body},
+		{name: "bad length", in: slices.Concat([]byte("x"), make([]byte, 8), []byte{0xff, 0, 0, 0}, []byte(sigMagic)), want: nil},
+	} {
+		got := stripSignature(tc.in)
+		if tc.want == nil {
+			tc.want = tc.in
+		}
+		if !bytes.Equal(got, tc.want) {
+			t.Errorf("%s: stripSignature = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

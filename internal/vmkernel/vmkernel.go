@@ -3,7 +3,8 @@
 // mirror (apt-get download; the package named by linux-image-amd64's
 // candidate), turns its compressed bzImage into the uncompressed ELF
 // vmlinux that QEMU boots through the PVH entry point, and keeps the
-// modules of GuestModules with their dependencies. Initramfs packs those
+// modules of GuestModules with their dependencies, without their
+// signatures. Initramfs packs those
 // modules and the guest agent (as /init, run in internal/vminit's mode)
 // into a reproducible gzip newc archive. Both are cached under a cache
 // directory by digest: the kernel by the .deb's SHA-256, the initramfs by
@@ -30,8 +31,9 @@ import (
 // the conversion or the module set bumps it. Entries of recipe 2 on live
 // under kernel/r<recipe>/, so nodes (and test runs) of different recipes
 // sharing one cache directory do not replace each other's entries; older
-// ones are ignored.
-const recipe = 2
+// ones are ignored. Recipe 3 adds ext4 (the upper disk's file system)
+// and strips the modules' signatures (stripSignature).
+const recipe = 3
 
 // Kernel is a cached guest kernel. It is a value; the files it names are
 // never modified once cached.
@@ -169,7 +171,7 @@ func build(ctx context.Context, dir string, pkg debPackage, updated bool, log *s
 		return Kernel{}, err
 	}
 	for _, name := range kf.order {
-		f, err := writeFile(entry, filepath.Join("modules", name+".ko"), kf.modules[name])
+		f, err := writeFile(entry, filepath.Join("modules", name+".ko"), stripSignature(kf.modules[name]))
 		if err != nil {
 			return Kernel{}, err
 		}
