@@ -375,3 +375,44 @@ func BenchmarkProgram(b *testing.B) {
 		b.ReportMetric(float64(n), "insns")
 	})
 }
+
+// TestEveryNumber runs every x86_64 syscall number without a condition,
+// and numbers past the table, through the filter and checks each verdict
+// against the rules it was built from (the binary search of allowTree).
+func TestEveryNumber(t *testing.T) {
+	for _, caps := range [][]string{nil, {"CAP_SYS_ADMIN", "CAP_SYS_PTRACE"}} {
+		f := newFilter(t, Options{Caps: caps})
+		rs, err := rules(arch.X86_64, "amd64", caps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byNr := map[int]rule{}
+		maxNr := 0
+		for _, r := range rs {
+			byNr[r.nr] = r
+		}
+		for n := range arch.X86_64.SyscallNumbers {
+			maxNr = max(maxNr, n)
+		}
+		checked := 0
+		for n := 0; n <= maxNr+64; n++ {
+			r, ok := byNr[n]
+			want := uint32(eperm)
+			switch {
+			case ok && r.allow:
+				want = allow
+			case ok && len(r.sets) > 0:
+				continue // conditional: TestArgumentConditions
+			case ok:
+				want = retErrno | r.errno
+			case n > maxNr:
+				want = enosys
+			}
+			if got := f.run(uint32(n), auditArchX86_64); got != want {
+				t.Errorf("caps %v: syscall %d (%s) = %#x, want %#x", caps, n, arch.X86_64.SyscallNumbers[n], got, want)
+			}
+			checked++
+		}
+		t.Logf("caps %v: %d numbers checked", caps, checked)
+	}
+}

@@ -87,7 +87,18 @@ func SetThreadNetns(ns *os.File) error {
 
 // SetLinkUp brings network interface name up in the calling thread's
 // network namespace.
-func SetLinkUp(name string) error {
+func SetLinkUp(name string) error { return setLinkFlags(name, unix.IFF_UP) }
+
+// WaitRTNL sets network interface name's flags to what they are, in the
+// calling thread's network namespace: a no-op that takes the kernel's
+// RTNL lock (sleeping while another holds it) and releases it. Some
+// writers do not wait for that lock but restart their system call until
+// they get it, such as a write to net/ipv6/conf/all/disable_ipv6; one
+// right after WaitRTNL seldom has to.
+func WaitRTNL(name string) error { return setLinkFlags(name, 0) }
+
+// setLinkFlags adds flags to name's.
+func setLinkFlags(name string, flags uint16) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -100,9 +111,9 @@ func SetLinkUp(name string) error {
 	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("flags of %s: %w", name, err)
 	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	ifr.SetUint16(ifr.Uint16() | flags)
 	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("bringing %s up: %w", name, err)
+		return fmt.Errorf("setting the flags of %s: %w", name, err)
 	}
 	return nil
 }
