@@ -121,10 +121,14 @@ func TestShutdownFinishesInFlightRequests(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := u.c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "1.5"}, TimeoutS: 10})
+		res, err := u.c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "3"}, TimeoutS: 10})
 		done <- result{res, err}
 	}()
-	time.Sleep(300 * time.Millisecond) // the exec is running
+	// The exec is running by then, on the node: a request still on its
+	// way to the node when the node stops is not in flight at the API
+	// only, and waits out the API's grace (seen at 300 ms on a loaded
+	// machine, with the race detector).
+	time.Sleep(1500 * time.Millisecond)
 	u.stop()
 	r := <-done
 	if r.err != nil || r.res.ExitCode != 0 || r.res.TimedOut {
