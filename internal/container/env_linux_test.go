@@ -269,6 +269,7 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = tr.Close(ctx)
+		removeEmptyParents(nm.CgroupParent)
 	})
 	return tr
 }
@@ -280,8 +281,14 @@ func checkHost(t testing.TB, dir string) {
 	nm, _ := names(dir)
 	testenv.NoHostLeftovers(t, nm)
 	testenv.NoMountsUnder(t, dir)
-	parents, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", nm.CgroupParent))
-	for _, p := range append(parents, filepath.Join("/sys/fs/cgroup", nm.CgroupParent)) {
+	removeEmptyParents(nm.CgroupParent)
+}
+
+// removeEmptyParents removes a runtime's cgroup parent from every
+// hierarchy where it is empty (the runtime leaves it when it closes).
+func removeEmptyParents(parent string) {
+	parents, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", parent))
+	for _, p := range append(parents, filepath.Join("/sys/fs/cgroup", parent)) {
 		_ = os.Remove(p)
 	}
 }

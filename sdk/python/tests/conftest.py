@@ -200,7 +200,7 @@ def dsec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DSecServer
     finally:
         _stop(proc)
         # Every test killed its sandboxes: no group may be left.
-        left = _remove_cgroup_parent("dsec-pytest")
+        left = [g for name in ("dsec-pytest", "dsec-pytest-microvm", "dsec-pytest-vm") for g in _remove_cgroup_parent(name)]
         assert not left, f"cgroups left after the tests: {left}"
         # A daemon that did not stop cleanly may have left mounts in it:
         # then the directory stays for a look (rmtree would descend into
