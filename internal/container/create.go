@@ -135,31 +135,6 @@ func (r *Runtime) checkNewLocked(id string) error {
 	return nil
 }
 
-// networkOf returns the policy spec starts with (its first phase's, with
-// phases) and whether it needs a network of the node's: a policy that is
-// not isolated now or in any later phase (a namespace cannot be swapped
-// under a running sandbox).
-func networkOf(spec sandbox.Spec) (network.Policy, bool, error) {
-	if len(spec.Phases) == 0 {
-		p, err := network.FromAPI(spec.Network)
-		return p, err == nil && !p.Isolated(), err
-	}
-	first, err := network.FromAPI(spec.Phases[0].Network)
-	if err != nil {
-		return first, false, err
-	}
-	for _, ph := range spec.Phases {
-		p, err := network.FromAPI(ph.Network)
-		if err != nil {
-			return first, false, err
-		}
-		if !p.Isolated() {
-			return first, true, nil
-		}
-	}
-	return first, false, nil
-}
-
 // diskMB is the size of spec's writable layer.
 func diskMB(spec sandbox.Spec) int {
 	if spec.DiskMB <= 0 {
@@ -244,7 +219,7 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	})
 	st.CgroupBase = cg.Base()
 
-	policy, linked, err := networkOf(spec)
+	policy, linked, err := network.Initial(spec.Network, spec.Phases)
 	if err != nil {
 		return nil, err
 	}

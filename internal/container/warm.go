@@ -66,7 +66,7 @@ func newWarmPool(size int) *warmPool {
 // warmKey returns the key of the sandboxes spec can be made from, or
 // false if it cannot be made from a warm one.
 func warmKey(spec sandbox.Spec) (string, bool) {
-	if _, linked, err := networkOf(spec); err != nil || linked {
+	if _, linked, err := network.Initial(spec.Network, spec.Phases); err != nil || linked {
 		return "", false
 	}
 	// Warm sandboxes start without capabilities for commands (their

@@ -215,7 +215,7 @@ func (r *Runtime) check(spec sandbox.Spec) (network.Policy, bool, error) {
 	if len(spec.Image.Layers) > maxLayers {
 		return network.Policy{}, false, errdefs.New(errdefs.Invalid, "too_many_layers", "%d layers: the %s tier takes at most %d", len(spec.Image.Layers), r.Tier(), maxLayers)
 	}
-	policy, linked, err := networkOf(spec)
+	policy, linked, err := network.Initial(spec.Network, spec.Phases)
 	if err != nil {
 		return policy, false, err
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/network"
-	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
 // networks gives VMs their networks: the container tier's network
@@ -24,30 +23,6 @@ type networks interface {
 	Release(ctx context.Context, id string) error
 	// Recover removes the networks of sandboxes not in live.
 	Recover(ctx context.Context, live []string) error
-}
-
-// networkOf returns the policy spec starts with (its first phase's, with
-// phases) and whether the VM needs a NIC: a policy that is not isolated
-// now or in a later phase (a NIC cannot be added to a running VM here).
-func networkOf(spec sandbox.Spec) (network.Policy, bool, error) {
-	if len(spec.Phases) == 0 {
-		p, err := network.FromAPI(spec.Network)
-		return p, err == nil && !p.Isolated(), err
-	}
-	first, err := network.FromAPI(spec.Phases[0].Network)
-	if err != nil {
-		return first, false, err
-	}
-	for _, ph := range spec.Phases {
-		p, err := network.FromAPI(ph.Network)
-		if err != nil {
-			return first, false, err
-		}
-		if !p.Isolated() {
-			return first, true, nil
-		}
-	}
-	return first, false, nil
 }
 
 // setNetworkPolicy applies p to sb's network, host-side (the nftables

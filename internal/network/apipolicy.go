@@ -39,6 +39,32 @@ func FromAPI(p *api.NetworkPolicy) (Policy, error) {
 	return out, nil
 }
 
+// Initial returns the policy a sandbox starts with (policy, or with
+// phases the first phase's) and whether it needs a network of the node's:
+// a policy that is not isolated now or in any later phase (a namespace
+// or NIC cannot be added under a running sandbox). Both the container and
+// the VM tiers decide by it.
+func Initial(policy *api.NetworkPolicy, phases []api.Phase) (Policy, bool, error) {
+	if len(phases) == 0 {
+		p, err := FromAPI(policy)
+		return p, err == nil && !p.Isolated(), err
+	}
+	first, err := FromAPI(phases[0].Network)
+	if err != nil {
+		return first, false, err
+	}
+	for _, ph := range phases {
+		p, err := FromAPI(ph.Network)
+		if err != nil {
+			return first, false, err
+		}
+		if !p.Isolated() {
+			return first, true, nil
+		}
+	}
+	return first, false, nil
+}
+
 type ruleError string
 
 func (e ruleError) Error() string { return string(e) }
