@@ -336,28 +336,19 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func sh(script string, args ...string) []string {
-	return append([]string{"/bin/sh", "-c", script, "sh"}, args...)
-}
+var sh = sandboxtest.Sh
 
-// busyboxCommands are the suite's programs in the busybox image (as the
-// container tier's tests give them).
-var busyboxCommands = sandboxtest.Commands{
-	Echo:      func(args ...string) []string { return append([]string{"echo"}, args...) },
-	Cat:       func() []string { return []string{"cat"} },
-	Env:       func() []string { return []string{"env"} },
-	Exit:      func(code int) []string { return sh("exit " + strconv.Itoa(code)) },
-	Sleep:     func(s int) []string { return []string{"sleep", strconv.Itoa(s)} },
-	Flood:     func() []string { return []string{"yes"} },
-	ReadFile:  func(p string) []string { return []string{"cat", "--", p} },
-	WriteFile: func(p string) []string { return sh(`exec cat > "$1"`, p) },
-	// dd's buffer is one allocation of the size, filled by the read: a
-	// shell variable built by tr (the container tier's way) takes
-	// minutes to grow under TCG.
-	AllocMB: func(mb int) []string {
+// busyboxCommands are the suite's programs in the busybox image, but for
+// the allocation: dd's buffer is one allocation of the size, filled by
+// the read, where a shell variable built by tr (the container tier's
+// way) takes minutes to grow under TCG.
+var busyboxCommands = func() sandboxtest.Commands {
+	c := sandboxtest.Busybox
+	c.AllocMB = func(mb int) []string {
 		return []string{"dd", "if=/dev/zero", "of=/dev/null", "count=1", "bs=" + strconv.Itoa(mb) + "M"}
-	},
-}
+	}
+	return c
+}()
 
 // TestBootTimeoutLeavesNothing: a VM that is not ready within the boot
 // timeout is killed, and the failed Create leaves no process, socket or
