@@ -70,15 +70,12 @@ func qemuProcsUnder(dir string) []testenv.Proc {
 	return out
 }
 
-// TestMicroVMThroughTheAPI runs one microvm sandbox through `dsec up`'s
-// API: the node reports the tier and its accelerator, commands run in a
-// kernel of their own, files go in and out, what the tier's first slice
-// cannot do is refused with 422 unsupported_on_tier, and nothing of QEMU
-// is left after the delete. One TCG boot.
-func TestMicroVMThroughTheAPI(t *testing.T) {
-	on := withMicroVM(t)
-	// Short: the VM's sockets live under <dir>/node/microvm/<id>/.
-	dir, err := os.MkdirTemp("", "TestMvm")
+// vmDataDir is a data directory for a daemon with VM tiers, short (a
+// VM's sockets live under <dir>/node/<tier>/<id>/), removed after the
+// test, which fails if a QEMU process of it is left (and kills it).
+func vmDataDir(t *testing.T, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +92,18 @@ func TestMicroVMThroughTheAPI(t *testing.T) {
 			t.Errorf("removing the data directory: %v", err)
 		}
 	})
+	return dir
+}
+
+// TestMicroVMThroughTheAPI runs one microvm sandbox through `dsec up`'s
+// API: the node reports the tier and its accelerator, commands run in a
+// kernel of their own, files go in and out, what the tier's first slice
+// cannot do is refused with 422 unsupported_on_tier, and nothing of QEMU
+// is left after the delete. One TCG boot.
+func TestMicroVMThroughTheAPI(t *testing.T) {
+	on := withMicroVM(t)
+	// Short: the VM's sockets live under <dir>/node/microvm/<id>/.
+	dir := vmDataDir(t, "TestMvm")
 	u := startUp(t, dir, on)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -28,21 +28,7 @@ func TestMicroVMNetworkThroughRestart(t *testing.T) {
 		ct(c)
 		c.KeepSandboxes = true
 	}
-	dir, err := os.MkdirTemp("", "TestMvn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if ps := qemuProcsUnder(dir); len(ps) > 0 {
-			t.Errorf("QEMU processes left: %v", ps)
-			for _, p := range ps {
-				if pr, err := os.FindProcess(p.Pid); err == nil {
-					_ = pr.Kill()
-				}
-			}
-		}
-		os.RemoveAll(dir)
-	})
+	dir := vmDataDir(t, "TestMvn")
 	u := startUp(t, dir, adjust)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

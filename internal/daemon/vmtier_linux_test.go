@@ -20,21 +20,7 @@ import (
 // boots.
 func TestVMTiersSurviveRestart(t *testing.T) {
 	on := withMicroVM(t)
-	dir, err := os.MkdirTemp("", "TestVmr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if ps := qemuProcsUnder(dir); len(ps) > 0 {
-			t.Errorf("QEMU processes left: %v", ps)
-			for _, p := range ps {
-				if pr, err := os.FindProcess(p.Pid); err == nil {
-					_ = pr.Kill()
-				}
-			}
-		}
-		os.RemoveAll(dir)
-	})
+	dir := vmDataDir(t, "TestVmr")
 	keep := func(c *config.Config) { on(c); c.KeepSandboxes = true }
 	u := startUp(t, dir, keep)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -90,21 +76,7 @@ func TestVMTiersSurviveRestart(t *testing.T) {
 func TestMicroVMNodeKilledMidCreate(t *testing.T) {
 	on := withMicroVM(t)
 	onlyMicroVM := func(c *config.Config) { on(c); c.VM.Disabled = true }
-	dir, err := os.MkdirTemp("", "TestVmk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if ps := qemuProcsUnder(dir); len(ps) > 0 {
-			t.Errorf("QEMU processes left: %v", ps)
-			for _, p := range ps {
-				if pr, err := os.FindProcess(p.Pid); err == nil {
-					_ = pr.Kill()
-				}
-			}
-		}
-		os.RemoveAll(dir)
-	})
+	dir := vmDataDir(t, "TestVmk")
 	cfg := config.Defaults()
 	cfg.DataDir, cfg.API.Listen, cfg.NATS.Listen, cfg.Node.ID = dir, "127.0.0.1:0", "none", "test-node"
 	cfg.LogLevel = "warn"
