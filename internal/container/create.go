@@ -262,7 +262,7 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	}
 	if st.Netns == "" {
 		// Every group of the sandbox may ping: its own ids.
-		cfg.OwnNetwork, cfg.NetSysctls = true, network.SandboxSysctls(fmt.Sprintf("0 %d", r.opt.IDCount-1))
+		cfg.OwnNetwork, cfg.NetSysctls = true, network.LoopbackSysctls(fmt.Sprintf("0 %d", r.opt.IDCount-1))
 	}
 	pid, wait, client, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg, rootFD)
 	if pid != 0 {

@@ -2,6 +2,8 @@ package container
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -108,4 +110,56 @@ func TestLimitsReported(t *testing.T) {
 	if st, _ := sb.Stats(ctx); st.DiskFull {
 		t.Errorf("disk still full after rm: %+v", st)
 	}
+}
+
+// TestAgentUnpinned checks that a sandbox started on one CPU by the
+// zygote (guest.zygoteStart) lets its agent's threads and its commands
+// run on every CPU the node may use once set up.
+func TestAgentUnpinned(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{})
+	ctx := context.Background()
+	want := statusField(t, "/proc/self/status", "Cpus_allowed_list")
+	// Several sandboxes: the zygote pins each to the next CPU in turn.
+	for i := range 3 {
+		sb, err := rt.Create(ctx, sandbox.Spec{ID: fmt.Sprintf("cpus-%d", i), Image: world.image()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := sb.(*Sandbox).state.Pid
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil || len(tasks) < 2 {
+			t.Fatalf("the agent's threads: %v (%d)", err, len(tasks))
+		}
+		for _, task := range tasks {
+			got := statusField(t, fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()), "Cpus_allowed_list")
+			if got != want {
+				t.Errorf("agent thread %s may run on CPUs %q, the node on %q", task.Name(), got, want)
+			}
+		}
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"grep", "Cpus_allowed_list", "/proc/self/status"}}})
+		if err != nil || !strings.Contains(res.Stdout, "\t"+want+"\n") {
+			t.Errorf("a command's CPUs: %v %+v, want %q", err, res, want)
+		}
+		if err := sb.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// statusField is key's value in a /proc status file.
+func statusField(t *testing.T, path, key string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("no %s in %s", key, path)
+	return ""
 }

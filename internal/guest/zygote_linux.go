@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -47,9 +48,22 @@ func Zygote(conn *os.File) int {
 		fmt.Fprintf(os.Stderr, "dsec-guest zygote: %v\n", err)
 		return 1
 	}
+	// Each sandbox's first process starts on one CPU, in turn (see
+	// zygoteStart); this thread keeps cpus.
+	cpus, err := sys.ThreadCPUs()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dsec-guest zygote: %v\n", err)
+		return 1
+	}
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, syscall.CmsgSpace(ZygoteFDs*4))
-	for {
+	for served := 0; ; served++ {
+		if served%256 == 0 {
+			// Every fork copies the page table entries of this process's
+			// resident anonymous memory and every exec drops them: what
+			// the heap has freed goes back to the kernel now and then.
+			debug.FreeOSMemory()
+		}
 		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
 		if err != nil || n == 0 {
 			return 0 // the node is gone
@@ -60,7 +74,7 @@ func Zygote(conn *os.File) int {
 		if err == nil {
 			var req ZygoteRequest
 			if err = json.Unmarshal(buf[:n], &req); err == nil {
-				reply.Pid, stuck, err = zygoteStart(req, files, host)
+				reply.Pid, stuck, err = zygoteStart(req, files, host, cpus, served)
 			}
 		}
 		if err != nil {
@@ -110,12 +124,30 @@ func zygoteFiles(oob []byte) ([]*os.File, error) {
 // zygoteStart forks the sandbox's first process from this thread, joined
 // to the sandbox's network namespace for the fork, and returns its pid;
 // stuck if the thread could not go back to the host's network.
-func zygoteStart(req ZygoteRequest, f []*os.File, host *os.File) (pid int, stuck bool, err error) {
+//
+// The process starts on one of cpus (the n-th, in turn), and so do the
+// threads it starts, until its setup lets them all run anywhere
+// (SetupSandbox). The setup's last step changes the capabilities of
+// every thread of the agent (capset is per thread): a stop-the-world
+// that spins in sched_yield until each thread has run a signal handler.
+// With the threads spread over CPUs busy with other sandboxes that
+// spinning was a tenth of the agent's CPU at 8 creates in parallel; on
+// one CPU, the threads it waits for are on the run queue it yields to.
+func zygoteStart(req ZygoteRequest, f []*os.File, host *os.File, cpus []int, n int) (pid int, stuck bool, err error) {
 	if err := sys.SetThreadNetns(f[ZygoteFDNetns]); err != nil {
 		return 0, false, err
 	}
 	cmd := SandboxCommand(req, f[ZygoteFDConsole], []*os.File{f[ZygoteFDConfig], f[ZygoteFDSync], f[ZygoteFDConn], f[ZygoteFDRoot], f[ZygoteFDBinary]})
+	pinned := len(cpus) > 1 && sys.SetThreadCPUs(cpus[n%len(cpus):n%len(cpus)+1]) == nil
 	err = cmd.Start()
+	if pinned {
+		if perr := sys.SetThreadCPUs(cpus); perr != nil && err == nil {
+			// Not fatal for the sandbox, which unpins itself; this
+			// thread would pin every later one.
+			_ = cmd.Process.Kill()
+			return 0, true, fmt.Errorf("restoring the zygote's CPU affinity: %w", perr)
+		}
+	}
 	if rerr := sys.SetThreadNetns(host); rerr != nil {
 		if cmd.Process != nil {
 			_ = cmd.Process.Kill()
@@ -125,7 +157,13 @@ func zygoteStart(req ZygoteRequest, f []*os.File, host *os.File) (pid int, stuck
 	if err != nil {
 		return 0, false, err
 	}
-	return cmd.Process.Pid, false, nil
+	// The kernel reaps the process; what os.Process holds for it (a
+	// pidfd) must go now, not when a GC finds it unreachable: the zygote
+	// allocates so little that it held ~1,000 of them, and every fork
+	// copied them and every exec closed them (~8 % of its CPU).
+	pid = cmd.Process.Pid
+	_ = cmd.Process.Release()
+	return pid, false, nil
 }
 
 // SandboxCommand is a sandbox's first process: `dsec-guest sandbox`

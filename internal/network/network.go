@@ -214,11 +214,21 @@ type Policy struct {
 // which would tell a reused namespace's next sandbox where its
 // predecessors connected (Options.Reuse).
 func SandboxSysctls(pingGroups string) [][2]string {
-	return [][2]string{
+	return append([][2]string{
 		{"ipv6/conf/all/disable_ipv6", "1"}, {"ipv6/conf/default/disable_ipv6", "1"},
-		{"ipv4/ip_unprivileged_port_start", "0"}, {"ipv4/ping_group_range", pingGroups},
 		{"ipv4/tcp_no_metrics_save", "1"},
-	}
+	}, LoopbackSysctls(pingGroups)...)
+}
+
+// LoopbackSysctls are the network sysctls of a namespace with only its
+// loopback interface, which lives and dies with one sandbox: what
+// commands may do there (bind low ports, ping) as in every sandbox
+// namespace. IPv6 stays on: with no other interface it reaches only ::1,
+// as IPv4 reaches only 127.0.0.0/8, and turning it off waits for the
+// kernel's RTNL lock and tears down lo's IPv6 state, in every sandbox's
+// start. TCP metrics concern reused namespaces, which this never is.
+func LoopbackSysctls(pingGroups string) [][2]string {
+	return [][2]string{{"ipv4/ip_unprivileged_port_start", "0"}, {"ipv4/ping_group_range", pingGroups}}
 }
 
 // Isolated reports whether p lets nothing in or out (ModeNone, no

@@ -15,3 +15,7 @@ func SetChildSubreaper() error                   { return errdefs.ErrNotSupporte
 func SetNotDumpable() error                      { return errdefs.ErrNotSupported }
 func OpenPTY() (master, tty *os.File, err error) { return nil, nil, errdefs.ErrNotSupported }
 func SetWinsize(*os.File, uint16, uint16) error  { return errdefs.ErrNotSupported }
+
+func ThreadCPUs() ([]int, error) { return nil, errdefs.ErrNotSupported }
+func SetThreadCPUs([]int) error  { return errdefs.ErrNotSupported }
+func UnpinThreads() error        { return errdefs.ErrNotSupported }

@@ -89,14 +89,6 @@ func SetThreadNetns(ns *os.File) error {
 // network namespace.
 func SetLinkUp(name string) error { return setLinkFlags(name, unix.IFF_UP) }
 
-// WaitRTNL sets network interface name's flags to what they are, in the
-// calling thread's network namespace: a no-op that takes the kernel's
-// RTNL lock (sleeping while another holds it) and releases it. Some
-// writers do not wait for that lock but restart their system call until
-// they get it, such as a write to net/ipv6/conf/all/disable_ipv6; one
-// right after WaitRTNL seldom has to.
-func WaitRTNL(name string) error { return setLinkFlags(name, 0) }
-
 // setLinkFlags adds flags to name's.
 func setLinkFlags(name string, flags uint16) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)

@@ -73,7 +73,6 @@ func EnterSmallMountNS(string, []Bind) error { return errdefs.ErrNotSupported }
 func SetThreadNetns(*os.File) error          { return errdefs.ErrNotSupported }
 
 func SetLinkUp(string) error { return errdefs.ErrNotSupported }
-func WaitRTNL(string) error  { return errdefs.ErrNotSupported }
 
 func SetHostnameIn(*os.File, string) error { return errdefs.ErrNotSupported }
 func RenameNoReplace(string, string) error { return errdefs.ErrNotSupported }
