@@ -366,15 +366,31 @@ func writeEtc(root string, cfg SandboxConfig) error {
 		return err
 	}
 	for name, content := range map[string]string{"hosts": cfg.Hosts, "resolv.conf": cfg.ResolvConf, "hostname": cfg.Hostname + "\n"} {
-		p := filepath.Join(etc, name)
-		// A symlink here (debian's resolv.conf may be one) must not send
-		// the write elsewhere.
-		_ = os.Remove(p)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		if err := writeOwn(filepath.Join(etc, name), content); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeOwn writes content to p, replacing a symlink there (debian's
+// resolv.conf may be one) rather than writing where it leads. A regular
+// file is truncated in place: removing it first made the overlay write a
+// whiteout and then create over it, three times in every sandbox's
+// start.
+func writeOwn(p, content string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	if errors.Is(err, syscall.ELOOP) {
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+		f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	return errors.Join(err, f.Close())
 }
 
 func pivot(root string) error {
