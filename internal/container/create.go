@@ -2,7 +2,6 @@ package container
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -411,7 +410,7 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 		return fail(err)
 	}
 	client := agentproto.NewClient(conn, r.log)
-	b, err := json.Marshal(cfg)
+	b, err := cfg.Encode()
 	if err == nil {
 		_, err = files.cfgW.Write(b)
 	}

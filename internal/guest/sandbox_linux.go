@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,13 +25,13 @@ import (
 // have and returns the agent's listener. Nothing from the sandbox has run
 // yet: this is trusted code from the read-only toolkit layer.
 func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
-	var cfg SandboxConfig
 	b, err := io.ReadAll(io.LimitReader(cfgFile, 16<<20))
 	cfgFile.Close()
 	if err != nil {
-		return nil, cfg, fmt.Errorf("reading the sandbox config: %w", err)
+		return nil, SandboxConfig{}, fmt.Errorf("reading the sandbox config: %w", err)
 	}
-	if err := json.Unmarshal(b, &cfg); err != nil {
+	cfg, err := DecodeSandboxConfig(b)
+	if err != nil {
 		return nil, cfg, fmt.Errorf("decoding the sandbox config: %w", err)
 	}
 	root := cfg.Rootfs
@@ -120,13 +119,14 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		ln.Close()
 		return nil, cfg, err
 	}
-	reserveThreads(reservedThreads)
 	// The zygote started us on one CPU (see zygoteStart): the agent and
-	// the commands it forks may now run on any.
+	// the commands it forks may now run on any. Threads started from
+	// here on inherit that.
 	if err := sys.UnpinThreads(); err != nil {
 		ln.Close()
 		return nil, cfg, err
 	}
+	reserveThreads(reservedThreads)
 	return ln, cfg, nil
 }
 

@@ -1,5 +1,11 @@
 package guest
 
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+)
+
 // SandboxConfig is what the node hands a container sandbox's first
 // process (dsec-guest sandbox) through a pipe on fd 3. The process reads
 // it only after the node has placed it in its cgroups, so the read is
@@ -29,8 +35,9 @@ type SandboxConfig struct {
 	Hosts      string `json:"hosts"`
 	ResolvConf string `json:"resolv_conf"`
 	// Seccomp is the compiled filter (raw struct sock_filter entries),
-	// installed on the agent and so inherited by every process.
-	Seccomp []byte `json:"seccomp"`
+	// installed on the agent and so inherited by every process. It
+	// travels after the JSON, raw (see Encode).
+	Seccomp []byte `json:"-"`
 	// KeepCaps are the capability numbers commands keep; all others are
 	// dropped from the bounding set (commands run as root get only these).
 	KeepCaps []int `json:"keep_caps"`
@@ -38,6 +45,34 @@ type SandboxConfig struct {
 	Env []string `json:"env"`
 	// ShmBytes sizes /dev/shm.
 	ShmBytes int64 `json:"shm_bytes"`
+}
+
+// Encode is how the node writes c on the config pipe: the JSON of
+// everything but the filter, a newline, then the filter's bytes. The
+// filter is most of the config (~3 KiB); in JSON it was base64 the
+// agent decoded byte by byte in every start.
+func (c SandboxConfig) Encode() ([]byte, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(b, '\n'), c.Seccomp...), nil
+}
+
+// DecodeSandboxConfig reads what Encode wrote.
+func DecodeSandboxConfig(b []byte) (SandboxConfig, error) {
+	var c SandboxConfig
+	js, filter, ok := bytes.Cut(b, []byte{'\n'})
+	if !ok {
+		return c, errors.New("no end to the config's JSON")
+	}
+	if err := json.Unmarshal(js, &c); err != nil {
+		return c, err
+	}
+	if len(filter) > 0 {
+		c.Seccomp = filter
+	}
+	return c, nil
 }
 
 // SockName is the agent socket's name in SandboxConfig.SockDir.
