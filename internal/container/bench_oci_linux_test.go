@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/sys"
+	mobyseccomp "github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // The baselines: `crun run` and `runc run` (Debian's crun 1.8.1 and runc
@@ -30,11 +32,14 @@ import (
 type ociRuntime struct {
 	name, bin string
 	root      string // --root: its state directory
+	// bare: the bundle without a seccomp filter (ociBundle.bare).
+	bare bool
 }
 
-// ociBundle is a bundle directory over a sandbox-like root.
+// ociBundle is a bundle directory over a sandbox-like root, and bare the
+// same without a seccomp filter.
 type ociBundle struct {
-	dir string
+	dir, bare string
 }
 
 // newOCIBundle makes a bundle whose root is the busybox layer of the test
@@ -56,14 +61,20 @@ func newOCIBundle(b *testing.B, rt *testRuntime, dir string) ociBundle {
 		b.Fatal(err)
 	}
 	b.Cleanup(release)
-	cfg, err := json.MarshalIndent(ociConfig(root, DefaultIDBase, 65536), "", " ")
-	if err != nil {
-		b.Fatal(err)
+	bundle := ociBundle{dir: bdir, bare: filepath.Join(dir, "oci-bare")}
+	for _, d := range []string{bundle.dir, bundle.bare} {
+		cfg, err := json.MarshalIndent(ociConfig(b, root, DefaultIDBase, 65536, d == bundle.dir), "", " ")
+		if err == nil {
+			err = os.MkdirAll(d, 0o700)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(d, "config.json"), cfg, 0o600)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(bdir, "config.json"), cfg, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	return ociBundle{dir: bdir}
+	return bundle
 }
 
 // ociConfig is the bundle's config: `crun spec`'s defaults (capabilities,
@@ -71,13 +82,34 @@ func newOCIBundle(b *testing.B, rt *testRuntime, dir string) ociBundle {
 // what DSec sandboxes have that the OCI runtimes can do: user namespace
 // root mapped to the same host ids; pid, network (with no devices: lo
 // only), ipc, uts, mount and cgroup namespaces; memory and pids limits;
-// `/bin/true` as the process. No seccomp filter (DSec installs one).
-func ociConfig(rootfs string, hostID, count int) map[string]any {
+// `/bin/true` as the process; with filter, Docker's default seccomp
+// profile for those capabilities, what Docker gives crun or runc (and
+// what DSec's filter is built from: DSec's is stricter).
+func ociConfig(b testing.TB, rootfs string, hostID, count int, filter bool) map[string]any {
 	caps := []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"}
 	idmap := []map[string]int{{"containerID": 0, "hostID": hostID, "size": count}}
 	ns := []map[string]string{}
 	for _, t := range []string{"pid", "network", "ipc", "uts", "mount", "user", "cgroup"} {
 		ns = append(ns, map[string]string{"type": t})
+	}
+	linux := map[string]any{
+		"uidMappings": idmap,
+		"gidMappings": idmap,
+		"resources": map[string]any{
+			"memory": map[string]int64{"limit": 256 << 20},
+			"pids":   map[string]int64{"limit": 512},
+		},
+		"namespaces": ns,
+		"maskedPaths": []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
+		"readonlyPaths": []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+	}
+	if filter {
+		prof, err := mobyseccomp.GetDefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: caps}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		linux["seccomp"] = prof
 	}
 	return map[string]any{
 		"ociVersion": "1.0.2",
@@ -101,18 +133,7 @@ func ociConfig(rootfs string, hostID, count int) map[string]any {
 			{"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": []string{"nosuid", "noexec", "nodev"}},
 			{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": []string{"nosuid", "noexec", "nodev", "ro"}},
 		},
-		"linux": map[string]any{
-			"uidMappings": idmap,
-			"gidMappings": idmap,
-			"resources": map[string]any{
-				"memory": map[string]int64{"limit": 256 << 20},
-				"pids":   map[string]int64{"limit": 512},
-			},
-			"namespaces": ns,
-			"maskedPaths": []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"},
-			"readonlyPaths": []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
-		},
+		"linux": linux,
 	}
 }
 
@@ -126,13 +147,20 @@ func lookOCI(dir string) (found []ociRuntime, missing []string) {
 			continue
 		}
 		found = append(found, ociRuntime{name: name, bin: bin, root: filepath.Join(dir, name+"-state")})
+		if name == "crun" {
+			found = append(found, ociRuntime{name: "crun-nofilter", bin: bin, root: filepath.Join(dir, name+"-nofilter-state"), bare: true})
+		}
 	}
 	return found, missing
 }
 
 // run is `<runtime> run --bundle <bundle> <id>` from start to exit.
 func (o ociRuntime) run(bundle ociBundle, id string, log *os.File) (time.Duration, error) {
-	cmd := exec.Command(o.bin, "--root", o.root, "run", "--bundle", bundle.dir, id)
+	dir := bundle.dir
+	if o.bare {
+		dir = bundle.bare
+	}
+	cmd := exec.Command(o.bin, "--root", o.root, "run", "--bundle", dir, id)
 	cmd.Stdout, cmd.Stderr = log, log
 	t := time.Now()
 	err := cmd.Run()
@@ -225,9 +253,11 @@ func ociLeftovers(rts []ociRuntime, prefix string) []string {
 
 // BenchmarkVsOCI measures DSec's cycle (create → `true` through the agent
 // → destroy) and `crun run` / `runc run` of the same root with `true` as
-// PID 1, one at a time (seq) and from 8 goroutines (par8). Each b.N is a
-// round of a block of each, in rotating order, so that all three see the
-// same machine (it is shared and noisy). It prints a table and reports
+// PID 1, one at a time (seq) and from 8 goroutines (par8). crun and runc
+// run with Docker's default seccomp profile, as DSec's sandboxes run with
+// a filter built from it; crun-nofilter is crun without any filter. Each
+// b.N is a round of a block of each, in rotating order, so that all see
+// the same machine (it is shared and noisy). It prints a table and reports
 // p50s, p99s, rates and the ratios of the OCI runtimes' p50 to DSec's
 // full cycle. Run it with -benchtime Nx, N ≥ 2 rounds (the table is not
 // printed for the framework's first, 1-round probe).
