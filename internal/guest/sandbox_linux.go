@@ -74,7 +74,8 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		}},
 		// From here paths are relative to the root (now a mount, so the
 		// working directory is on it): the node's state directory is many
-		// components deep, and ~40 walks of it were a tenth of the setup.
+		// components deep, and walking it ~40 times was ~2 % of the
+		// agent's CPU (path walks 5.8 → 3.8 %).
 		{"entering the root", func() error {
 			if err := os.Chdir(root); err != nil {
 				return err
