@@ -38,7 +38,7 @@ func newOutsideHost(t *testing.T) *outsideHost {
 	}
 	t.Cleanup(func() { ns.Close() })
 	name := fmt.Sprintf("dso%04x", os.Getpid()&0xffff)
-	hostVeth(t, name, netlink.NsFd(int(ns.Fd())), hostIP, 30)
+	testenv.HostVeth(t, name, netlink.NsFd(int(ns.Fd())), net.ParseIP(hostIP), 30)
 	// Replies come back in through it on their way to the sandbox.
 	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+name+"/forwarding", []byte("1"), 0o644); err != nil {
 		t.Fatal(err)
@@ -84,30 +84,6 @@ func newOutsideHost(t *testing.T) *outsideHost {
 	}()
 	t.Cleanup(func() { ln.Close() })
 	return h
-}
-
-// hostVeth adds the veth pair name/name+"p" (the peer in peerNS, or in
-// the node's namespace if nil), gives the node's end ip/bits, sets it up,
-// and removes the pair when the test ends.
-func hostVeth(t *testing.T, name string, peerNS any, ip string, bits int) netlink.Link {
-	t.Helper()
-	testenv.LockHostNet(t)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p", PeerNamespace: peerNS}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("adding %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = netlink.LinkDel(veth) })
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(ip), Mask: net.CIDRMask(bits, 32)}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		t.Fatal(err)
-	}
-	return link
 }
 
 // testConnectionAcrossPhases is A37: a TCP connection opened while the

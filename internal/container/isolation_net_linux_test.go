@@ -18,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // recordingListener remembers the remote address of every connection it
@@ -134,7 +135,7 @@ func testNetwork(t *testing.T, e *isoEnv, isolated *Sandbox) {
 		// The metadata service, served by the node itself on an address
 		// of its own (a veth pair made for the purpose).
 		const meta = "169.254.169.254"
-		hostVeth(t, fmt.Sprintf("dsmd%04x", os.Getpid()&0xffff), nil, meta, 32)
+		testenv.HostVeth(t, fmt.Sprintf("dsmd%04x", os.Getpid()&0xffff), nil, net.ParseIP(meta), 32)
 		ln, err := net.Listen("tcp4", meta+":0")
 		if err != nil {
 			t.Fatal(err)

@@ -139,24 +139,13 @@ func newNetRuntime(t *testing.T, e *netEnv) (*Runtime, string) {
 // from a sandbox.
 func outsideHost(t *testing.T) {
 	t.Helper()
-	testenv.LockHostNet(t)
 	name := fmt.Sprintf("mvo%04x", os.Getpid()&0xffff)
 	ns, err := sys.NewNetns(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p", PeerNamespace: netlink.NsFd(int(ns.Fd()))}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("adding %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = netlink.LinkDel(veth) })
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: farHost.AsSlice(), Mask: net.CIDRMask(30, 32)}}))
-	must(t, netlink.LinkSetUp(link))
+	testenv.HostVeth(t, name, netlink.NsFd(int(ns.Fd())), farHost.AsSlice(), 30)
 	// Replies come back in through it on their way to the sandbox.
 	must(t, os.WriteFile("/proc/sys/net/ipv4/conf/"+name+"/forwarding", []byte("1"), 0o644))
 	for _, a := range []netip.Addr{metaAddr, privAddr} {

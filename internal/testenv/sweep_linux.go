@@ -12,10 +12,12 @@ import (
 )
 
 // SweepStale unmounts what an earlier, killed test run left mounted in
-// the temporary directory: mounts below a /tmp/Test…/ directory older than
-// maxAge (no live test runs that long, so no running test loses a mount).
-// Tests that crash or time out never run their cleanups; without this, a
-// developer's machine would keep their tmpfs mounts until reboot.
+// the temporary directory: mounts below a /tmp/Test…/ or /tmp/Benchmark…/
+// directory (t.TempDir's and b.TempDir's) older than maxAge (no live test
+// runs that long, so no running test loses a mount). Tests and
+// benchmarks that crash, time out or are interrupted never run their
+// cleanups; without this, a developer's machine would keep their tmpfs
+// and namespace mounts until reboot.
 func SweepStale(maxAge time.Duration) {
 	tmp := filepath.Clean(os.TempDir())
 	f, err := os.Open("/proc/self/mounts")
@@ -26,7 +28,7 @@ func SweepStale(maxAge time.Duration) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 || !strings.HasPrefix(fields[1], tmp+"/Test") {
+		if len(fields) < 2 || !(strings.HasPrefix(fields[1], tmp+"/Test") || strings.HasPrefix(fields[1], tmp+"/Benchmark")) {
 			continue
 		}
 		top := filepath.Join(tmp, strings.SplitN(strings.TrimPrefix(fields[1], tmp+"/"), "/", 2)[0])
