@@ -31,10 +31,9 @@ func TestAdversarial(t *testing.T) {
 	rt, dir := newRuntime(t)
 	ctx := ctxT(t, 8*time.Minute)
 	const memMiB = 256
-	sb, err := rt.Create(ctx, sandbox.Spec{
-		ID: "mvm-adv", Tier: Tier, CPU: 1, MemoryMB: memMiB, DiskMB: 64,
-		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-	})
+	spec := busyboxSpec("mvm-adv", Tier)
+	spec.MemoryMB = memMiB
+	sb, err := rt.Create(ctx, spec)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}

@@ -19,15 +19,6 @@ import (
 	"github.com/dsec-dev/dsec/internal/vmm"
 )
 
-// benchSpec is the sandbox the benchmarks create: the busybox image, one
-// vCPU.
-func benchSpec(id string) sandbox.Spec {
-	return sandbox.Spec{
-		ID: id, Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-	}
-}
-
 // BenchmarkCreate creates b.N microVMs one after the other (use
 // -benchtime=5x) and reports create-to-ready p50 and p99 (with so few
 // runs, p99 is the slowest), the host-side steps' p50 (QEMU spawned, QMP
@@ -49,7 +40,7 @@ func BenchmarkCreate(b *testing.B) {
 		start := time.Now()
 		id := fmt.Sprintf("mvm-b%d", i)
 		seen := watchSerial(filepath.Join(rt.opt.StateDir, id, vmm.SerialLog), start)
-		sb, err := rt.Create(ctx, benchSpec(id))
+		sb, err := rt.Create(ctx, busyboxSpec(id, Tier))
 		if err != nil {
 			b.Fatalf("Create: %v", err)
 		}
@@ -116,7 +107,7 @@ func BenchmarkCreateParallel4(b *testing.B) {
 			id := fmt.Sprintf("mvm-p%d", n)
 			wg.Go(func() {
 				s := time.Now()
-				sbs[j], errs[j] = rt.Create(ctx, benchSpec(id))
+				sbs[j], errs[j] = rt.Create(ctx, busyboxSpec(id, Tier))
 				mu.Lock()
 				ready = append(ready, time.Since(s))
 				mu.Unlock()

@@ -128,6 +128,15 @@ func publish(ctx context.Context, store *blobstore.Local, a layer.Artifact) erro
 	return nil
 }
 
+// busyboxSpec is the tests' and benchmarks' VM: the busybox image, one
+// vCPU, 256 MiB of memory and a 64 MiB upper, on tier (Tier or VMTier).
+func busyboxSpec(id, tier string) sandbox.Spec {
+	return sandbox.Spec{
+		ID: id, Tier: tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
+		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
+	}
+}
+
 // newRuntime returns a runtime with a short state directory (socket paths
 // are limited to 107 bytes), and checks after the test that nothing of
 // its VMs is left.
@@ -207,11 +216,9 @@ func TestExecFilesDestroy(t *testing.T) {
 	rt, dir := newRuntime(t)
 	ctx := ctxT(t, 3*time.Minute)
 	start := time.Now()
-	sb, err := rt.Create(ctx, sandbox.Spec{
-		ID: "mvm-t1", Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-		Env:   map[string]string{"GREETING": "hi"},
-	})
+	spec := busyboxSpec("mvm-t1", Tier)
+	spec.Env = map[string]string{"GREETING": "hi"}
+	sb, err := rt.Create(ctx, spec)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -356,10 +363,7 @@ var busyboxCommands = func() sandboxtest.Commands {
 func TestBootTimeoutLeavesNothing(t *testing.T) {
 	rt, _ := newRuntime(t)
 	rt.opt.BootTimeout = 300 * time.Millisecond
-	_, err := rt.Create(ctxT(t, time.Minute), sandbox.Spec{
-		ID: "mvm-t2", Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-	})
+	_, err := rt.Create(ctxT(t, time.Minute), busyboxSpec("mvm-t2", Tier))
 	if errdefs.CodeOf(err) != vmm.CodeBootTimeout {
 		t.Fatalf("Create with a 300 ms boot timeout: %v, want code %s", err, vmm.CodeBootTimeout)
 	}

@@ -342,11 +342,9 @@ func TestNetwork(t *testing.T) {
 	rt, dir := newNetRuntime(t, e)
 	ctx := ctxT(t, 5*time.Minute)
 	start := time.Now()
-	sb, err := rt.Create(ctx, sandbox.Spec{
-		ID: "mvm-net1", Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image:   sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-		Network: allowFar(),
-	})
+	spec := busyboxSpec("mvm-net1", Tier)
+	spec.Network = allowFar()
+	sb, err := rt.Create(ctx, spec)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -596,11 +594,9 @@ func TestNetworkFailedCreate(t *testing.T) {
 	e := newNetEnv(t, true)
 	rt, _ := newNetRuntime(t, e)
 	rt.opt.BootTimeout = 300 * time.Millisecond
-	_, err := rt.Create(ctxT(t, time.Minute), sandbox.Spec{
-		ID: "mvm-net2", Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image:   sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-		Network: allowFar(),
-	})
+	spec := busyboxSpec("mvm-net2", Tier)
+	spec.Network = allowFar()
+	_, err := rt.Create(ctxT(t, time.Minute), spec)
 	if err == nil {
 		t.Fatal("Create with a 300 ms boot timeout succeeded")
 	}
@@ -667,10 +663,7 @@ func TestNetworkBootTime(t *testing.T) {
 	var plug []time.Duration
 	for i := range 2 * n {
 		withNet := i%2 == 1
-		spec := sandbox.Spec{
-			ID: fmt.Sprintf("mvm-b%d", i), Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-			Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-		}
+		spec := busyboxSpec(fmt.Sprintf("mvm-b%d", i), Tier)
 		if withNet {
 			spec.Network = allowFar()
 		}

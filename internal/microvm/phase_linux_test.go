@@ -29,11 +29,9 @@ func TestPhases(t *testing.T) {
 	work := api.Phase{Name: "work", Writable: []string{"/workspace"}, User: "1000:1000"}
 	work2 := api.Phase{Name: "work2", Writable: []string{"/workspace", "/tmp"}, User: "1000:1000"}
 	escape := api.Phase{Name: "escape", Writable: []string{"/escape"}, User: "1000:1000"}
-	sb, err := rt.Create(ctx, sandbox.Spec{
-		ID: "mvm-phases", Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image:  sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-		Phases: []api.Phase{setup, work, work2, escape},
-	})
+	spec := busyboxSpec("mvm-phases", Tier)
+	spec.Phases = []api.Phase{setup, work, work2, escape}
+	sb, err := rt.Create(ctx, spec)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}

@@ -17,14 +17,6 @@ import (
 	"github.com/dsec-dev/dsec/internal/vmm"
 )
 
-// upperSpec is a busybox VM with 256 MiB of memory and a 64 MiB upper.
-func upperSpec(id string, tier string) sandbox.Spec {
-	return sandbox.Spec{
-		ID: id, Tier: tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-	}
-}
-
 // guestExec runs sh -c script in sb.
 func guestExec(t *testing.T, ctx context.Context, sb sandbox.Sandbox, script string) api.ExecResult {
 	t.Helper()
@@ -129,7 +121,7 @@ func fillUpper(t *testing.T, ctx context.Context, rt *Runtime, sb sandbox.Sandbo
 func TestUpperDisk(t *testing.T) {
 	rt, _ := jailedRuntime(t, vmm.MicroVM, "")
 	ctx := ctxT(t, 5*time.Minute)
-	sb, err := rt.Create(ctx, upperSpec("mvm-up1", Tier))
+	sb, err := rt.Create(ctx, busyboxSpec("mvm-up1", Tier))
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -138,7 +130,7 @@ func TestUpperDisk(t *testing.T) {
 	fillUpper(t, ctx, rt, sb, testUIDBase)
 
 	rt.opt.Upper = UpperTmpfs
-	sb, err = rt.Create(ctx, upperSpec("mvm-up2", Tier))
+	sb, err = rt.Create(ctx, busyboxSpec("mvm-up2", Tier))
 	if err != nil {
 		t.Fatalf("Create (tmpfs): %v", err)
 	}
@@ -163,7 +155,7 @@ func TestUpperDisk(t *testing.T) {
 func TestVMTierUpperDisk(t *testing.T) {
 	rt, _ := jailedRuntime(t, vmm.Q35, "")
 	ctx := ctxT(t, 5*time.Minute)
-	sb, err := rt.Create(ctx, upperSpec("vm-up1", VMTier))
+	sb, err := rt.Create(ctx, busyboxSpec("vm-up1", VMTier))
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -188,7 +180,7 @@ func TestUpperBootTime(t *testing.T) {
 		// kind it is, on this shared host.
 		kind := []string{UpperDisk, UpperTmpfs}[(i+i/2)%2]
 		rt.opt.Upper = kind
-		sb, err := rt.Create(ctx, upperSpec(fmt.Sprintf("mvm-u%d", i), Tier))
+		sb, err := rt.Create(ctx, busyboxSpec(fmt.Sprintf("mvm-u%d", i), Tier))
 		if err != nil {
 			t.Fatalf("Create: %v", err)
 		}

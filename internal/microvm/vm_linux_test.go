@@ -142,10 +142,7 @@ func TestVMTierExecFilesDestroy(t *testing.T) {
 	}
 	ctx := ctxT(t, 3*time.Minute)
 	start := time.Now()
-	sb, err := rt.Create(ctx, sandbox.Spec{
-		ID: "vm-t1", Tier: VMTier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-	})
+	sb, err := rt.Create(ctx, busyboxSpec("vm-t1", VMTier))
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -237,10 +234,7 @@ func TestVMTierExecFilesDestroy(t *testing.T) {
 func TestRecoverSweepsOrphans(t *testing.T) {
 	rt, cg := jailedRuntime(t, vmm.MicroVM, "")
 	ctx := ctxT(t, 3*time.Minute)
-	sb, err := rt.Create(ctx, sandbox.Spec{
-		ID: "mvm-orphan", Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-	})
+	sb, err := rt.Create(ctx, busyboxSpec("mvm-orphan", Tier))
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -282,10 +276,7 @@ func TestRecoverSweepsOrphans(t *testing.T) {
 func TestJailedRecover(t *testing.T) {
 	rt, cg := jailedRuntime(t, vmm.MicroVM, "")
 	ctx := ctxT(t, 3*time.Minute)
-	sb, err := rt.Create(ctx, sandbox.Spec{
-		ID: "mvm-rec", Tier: Tier, CPU: 1, MemoryMB: 256, DiskMB: 64,
-		Image: sandbox.Image{ID: "busybox", Name: "busybox", Layers: world.layers},
-	})
+	sb, err := rt.Create(ctx, busyboxSpec("mvm-rec", Tier))
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -365,7 +356,7 @@ func BenchmarkCreateVM(b *testing.B) {
 	for b.Loop() {
 		i++
 		start := time.Now()
-		sb, err := rt.Create(ctx, benchSpec(fmt.Sprintf("vm-b%d", i)))
+		sb, err := rt.Create(ctx, busyboxSpec(fmt.Sprintf("vm-b%d", i), Tier))
 		if err != nil {
 			b.Fatalf("Create: %v", err)
 		}
