@@ -173,10 +173,21 @@ func start(t testing.TB, env []string, argv ...string) *started {
 	go func() { s.waited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-s.waited
+		select {
+		case err := <-s.waited:
+			s.waited <- err
+		case <-time.After(reapTimeout):
+			// A frozen or stuck process cannot die; fail instead of
+			// hanging the package.
+			_, state, _ := taskState(cmd.Process.Pid)
+			t.Errorf("process %d (%s) not reaped %v after SIGKILL (state %s)", cmd.Process.Pid, strings.Join(argv, " "), reapTimeout, state)
+		}
 	})
 	return s
 }
+
+// reapTimeout bounds the wait for a killed helper process at a test's end.
+const reapTimeout = 15 * time.Second
 
 // startedPids are the pids of the processes start started (reapOrphans
 // leaves them to os/exec).

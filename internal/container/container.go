@@ -83,6 +83,9 @@ type Options struct {
 	// the last images asked for, without network access (warm.go); 0:
 	// no pool.
 	Warm int
+	// PhaseTimeout bounds a phase change's freeze and the end of the
+	// earlier phase's processes; 0 means 30 s.
+	PhaseTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -103,6 +106,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Pids == 0 {
 		o.Pids = 512
+	}
+	if o.PhaseTimeout == 0 {
+		o.PhaseTimeout = 30 * time.Second
 	}
 	if o.Nofile == 0 {
 		o.Nofile = 65536

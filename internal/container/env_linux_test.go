@@ -206,11 +206,12 @@ func (r *testRuntime) Close(ctx context.Context) error {
 }
 
 type runtimeOptions struct {
-	noSeccomp bool
-	pool      int
-	reuse     bool // network.Options.Reuse
-	warm      int  // Options.Warm
-	monitor   watcher
+	noSeccomp    bool
+	pool         int
+	reuse        bool          // network.Options.Reuse
+	warm         int           // Options.Warm
+	phaseTimeout time.Duration // Options.PhaseTimeout
+	monitor      watcher
 	// netRange, if set, replaces the /24 of names (the density benchmark
 	// needs thousands of addresses); it must not overlap 10.224.0.0/12.
 	netRange netip.Prefix
@@ -253,7 +254,7 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 	opt := Options{
 		StateDir: dir, DataDir: tempTop(dir), Reach: []string{filepath.Join(dir, "layers")},
 		Layers: layers, Network: nets, Cgroups: cg, Logger: log, Version: "test",
-		Warm: ro.warm, Monitor: ro.monitor,
+		Warm: ro.warm, Monitor: ro.monitor, PhaseTimeout: ro.phaseTimeout,
 	}
 	if !ro.noSeccomp {
 		opt.Seccomp = func(caps []string) ([]byte, error) { return seccomp.Program(seccomp.Options{Caps: caps}) }

@@ -64,14 +64,32 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	if err := sandbox.CheckPhase(s.state.Spec, &p); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.rt.opt.PhaseTimeout)
 	defer cancel()
+	// Until the earlier phase's processes are gone nothing has changed,
+	// and a failure leaves the sandbox running in its old phase (Freeze
+	// and Thaw never leave it frozen). A failure while applying the new
+	// phase leaves it half in each: the node destroys it
+	// (phase_change_failed).
 	if err := s.cg.Freeze(ctx); err != nil {
-		return err
+		return phaseBusy(s.id, old.Name, p.Name, err)
 	}
-	err := s.endCommands(ctx)
-	if err == nil {
-		err = s.rt.applyPhase(ctx, s, p, old)
+	if err := s.endCommands(ctx); err != nil {
+		if terr := s.cg.Thaw(ctx); terr != nil {
+			err = errors.Join(err, terr)
+		}
+		if errors.Is(err, cgroups.ErrGone) {
+			return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "sandbox %s: moving to phase %s: its agent is gone", s.id, p.Name)
+		}
+		return phaseBusy(s.id, old.Name, p.Name, err)
+	}
+	err := s.rt.applyPhase(ctx, s, p, old)
+	if errdefs.ClassOf(err) == errdefs.Invalid {
+		// Refused before anything changed (see applyPhase).
+		if terr := s.cg.Thaw(ctx); terr != nil {
+			return errdefs.Wrap(errdefs.Internal, "phase_change_failed", errors.Join(err, terr), "sandbox %s: moving to phase %s", s.id, p.Name)
+		}
+		return err
 	}
 	if err == nil {
 		st := *s.state
@@ -89,69 +107,43 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	return nil
 }
 
+// phaseBusy is the error of a phase change that could not end the
+// earlier phase's processes in time: retryable, the sandbox running on
+// in its old phase.
+func phaseBusy(id, old, to string, err error) error {
+	e := errdefs.Wrap(errdefs.Unavailable, "phase_change_busy", err,
+		"sandbox %s: could not stop the processes of phase %s in time to move to phase %s; it is still running in phase %s", id, old, to, old)
+	e.RetryAfter = time.Second
+	return e
+}
+
 // endCommands kills every process of the (frozen) sandbox but its agent
 // and waits until they are gone from its cgroup.
 func (s *Sandbox) endCommands(ctx context.Context) error {
-	agent := s.state.Pid
-	var seen []int // recorded
 	// The caller holds phaseMu: the phase is read here, not by Phase.
 	phase := ""
 	if s.state.Phase != nil {
 		phase = s.state.Phase.Name
 	}
-	for {
-		procs, err := s.cg.Procs()
-		if err != nil {
-			return err
-		}
-		if !slices.Contains(procs, agent) {
-			return errors.New("its agent is gone")
-		}
-		if len(procs) == 1 {
-			return nil
-		}
-		for _, pid := range procs {
-			if pid == agent {
-				continue
-			}
-			// Through a pidfd opened while the pid is listed: a reused
-			// pid is not signalled (a new process would not be in the
-			// group, and the group is frozen: nothing forks).
-			fd, err := sys.OpenPidfd(pid)
-			if err != nil {
-				continue // gone already
-			}
-			if !slices.Contains(seen, pid) {
-				seen = append(seen, pid)
-				s.recordProcess(phase, monitor.KindPhaseKill, pid)
-			}
-			_ = fd.Kill()
-			_ = fd.Close()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("processes of the earlier phase are left: %w", ctx.Err())
-		case <-time.After(time.Millisecond):
-		}
+	err := s.cg.KillExcept(ctx, s.state.Pid, func(pid int) {
+		s.recordProcess(phase, monitor.KindPhaseKill, pid)
+	})
+	if err != nil {
+		return fmt.Errorf("ending the processes of phase %s: %w", phase, err)
 	}
+	return nil
 }
 
-// applyPhase applies p (after old, nil at create) to sb: network,
-// writable paths, limits.
+// applyPhase applies p (after old, nil at create) to sb: writable
+// paths, network, executables, limits. Writable paths come first: a
+// path refused there (errdefs.Invalid) has changed nothing, which
+// SetPhase relies on; any later failure leaves p applied in part.
 func (r *Runtime) applyPhase(ctx context.Context, sb *Sandbox, p api.Phase, old *api.Phase) error {
 	policy, err := network.FromAPI(p.Network)
 	if err != nil {
 		return err
 	}
-	switch {
-	case sb.state.Netns != "":
-		// At create (old nil) Acquire applied the first phase's policy.
-		if old != nil && !equalPolicy(old.Network, p.Network) {
-			if err := r.opt.Network.SetPolicy(ctx, sb.id, policy); err != nil {
-				return err
-			}
-		}
-	case !policy.Isolated():
+	if sb.state.Netns == "" && !policy.Isolated() {
 		return errdefs.New(errdefs.Internal, "phase_network_unavailable", "phase %s has a network, and the sandbox was made without one", p.Name)
 	}
 	// A new sandbox's root is all writable already.
@@ -166,12 +158,30 @@ func (r *Runtime) applyPhase(ctx context.Context, sb *Sandbox, p api.Phase, old 
 			return err
 		}
 	}
-	if old == nil || p.Executables != nil || old.Executables != nil {
-		if err := r.setExecutables(sb, p); err != nil {
-			return err
+	// At create (old nil) Acquire applied the first phase's policy.
+	if sb.state.Netns != "" && old != nil && !equalPolicy(old.Network, p.Network) {
+		if err := r.opt.Network.SetPolicy(ctx, sb.id, policy); err != nil {
+			return partly(err)
 		}
 	}
-	return sb.cg.Update(r.phaseLimits(sb.state.Spec, p))
+	if old == nil || p.Executables != nil || old.Executables != nil {
+		if err := r.setExecutables(sb, p); err != nil {
+			return partly(err)
+		}
+	}
+	if err := sb.cg.Update(r.phaseLimits(sb.state.Spec, p)); err != nil {
+		return partly(err)
+	}
+	return nil
+}
+
+// partly marks an error after part of a phase was applied as internal,
+// whatever its class: the phase was valid, and applying it broke.
+func partly(err error) error {
+	if errdefs.ClassOf(err) == errdefs.Invalid {
+		return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "%s", errdefs.MessageOf(err))
+	}
+	return err
 }
 
 func equalPolicy(a, b *api.NetworkPolicy) bool {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
@@ -155,7 +156,19 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	s.survivors()
-	if err := s.cg.Kill(ctx); err != nil {
+	if err := s.cg.Kill(ctx); errors.Is(err, context.DeadlineExceeded) {
+		// A task that cannot die yet (in uninterruptible sleep: a hung
+		// file system, a loaded host) holds the sandbox's namespaces and
+		// mounts, so nothing can be released: the sandbox stays, thawed
+		// and dead to its client, for a later Destroy (the control plane
+		// retries) to finish.
+		s.mu.Lock()
+		s.destroyed = false
+		s.mu.Unlock()
+		e := errdefs.Wrap(errdefs.Unavailable, "destroy_incomplete", err, "sandbox %s: not every process could be killed yet; destroying it again will finish", s.id)
+		e.RetryAfter = 5 * time.Second
+		return e
+	} else if err != nil {
 		errs = append(errs, err)
 	}
 	// The root and its upper went with the last process (their only

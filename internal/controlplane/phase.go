@@ -109,6 +109,11 @@ func (m *Manager) SetPhase(ctx context.Context, owner, id string, req api.SetPha
 		return api.Sandbox{}, errdefs.New(errdefs.Conflict, "phase_backwards", "sandbox %s is in phase %s, after %s: going back needs back=true", id, rec.Phase, req.Phase)
 	}
 	if err := m.nodes.SetPhase(ctx, rec.Node, id, rec.Phases[to]); err != nil {
+		if errdefs.CodeOf(err) == "phase_change_failed" {
+			// The node destroyed the sandbox rather than leave a phase
+			// applied in part (phase_change_busy leaves it running).
+			m.fail(context.WithoutCancel(ctx), id, "phase_change_failed")
+		}
 		return api.Sandbox{}, err
 	}
 	out, err := m.mutate(ctx, id, func(r *store.SandboxRecord) (bool, error) {

@@ -256,6 +256,15 @@ func (a *Agent) Destroy(ctx context.Context, id string) error {
 		return nil
 	}
 	if err := e.sb.Destroy(ctx); err != nil {
+		if errdefs.ClassOf(err) == errdefs.Unavailable {
+			// Not done yet (a process that cannot die yet): kept for
+			// the control plane's retry.
+			a.mu.Lock()
+			if _, taken := a.sandboxes[id]; !taken {
+				a.sandboxes[id] = e
+			}
+			a.mu.Unlock()
+		}
 		return err
 	}
 	e.release()

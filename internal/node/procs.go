@@ -20,7 +20,17 @@ func (a *Agent) setPhase(ctx context.Context, req noderpc.SetPhaseRequest) error
 	if !ok {
 		return errdefs.New(errdefs.Unsupported, "tier_has_no_phases", "the %s tier has no phases", tier)
 	}
-	return p.SetPhase(ctx, req.Phase)
+	err = p.SetPhase(ctx, req.Phase)
+	if errdefs.CodeOf(err) != "phase_change_failed" {
+		return err
+	}
+	// A phase applied in part would leave the sandbox with some of each
+	// phase's permissions: it does not run on (fail closed).
+	msg := "; the sandbox was destroyed"
+	if derr := a.Destroy(context.WithoutCancel(ctx), req.ID); derr != nil {
+		msg = "; destroying the sandbox: " + errdefs.MessageOf(derr)
+	}
+	return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "%s%s", errdefs.MessageOf(err), msg)
 }
 
 // stats reports a sandbox's resource use.

@@ -97,3 +97,7 @@ func ReplaceWritable([]string, []string, int, int) error { return errdefs.ErrNot
 func CloneFile(dst, src string, perm os.FileMode) (bool, error) {
 	return false, fmt.Errorf("cloning %s: %w", src, errdefs.ErrNotSupported)
 }
+
+func MountFUSE(dir, subtype string) (*os.File, error) {
+	return nil, fmt.Errorf("mounting fuse at %s: %w", dir, errdefs.ErrNotSupported)
+}
