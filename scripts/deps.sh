@@ -12,7 +12,7 @@
 set -euo pipefail
 
 runtime=(ca-certificates erofs-utils busybox-static debootstrap qemu-system-x86 e2fsprogs)
-test=(python3 python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr)
+test=(python3 python3-minimal python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr iproute2)
 bench=(crun runc)
 
 want=("${runtime[@]}")

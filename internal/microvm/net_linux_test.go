@@ -283,15 +283,15 @@ func (e *netEnv) leftovers(id string, addr netip.Addr) []string {
 			out = append(out, "route "+r.Dst.String())
 		}
 	}
-	nft, err := exec.Command("nft", "list", "table", "inet", e.opt.Name).CombinedOutput()
 	switch {
-	case all && err == nil:
-		out = append(out, "table inet "+e.opt.Name)
-	case all || !addr.IsValid():
-	case err != nil:
-		out = append(out, "nft: "+strings.TrimSpace(string(nft)))
-	case strings.Contains(string(nft), addr.String()+" ") || strings.Contains(string(nft), addr.String()+"\n") || strings.Contains(string(nft), addr.String()+","):
-		out = append(out, "nftables elements of "+addr.String())
+	case all:
+		if ok, err := testenv.NftTableExists(e.opt.Name); ok || err != nil {
+			out = append(out, fmt.Sprintf("table inet %s (%v)", e.opt.Name, err))
+		}
+	case addr.IsValid():
+		if ok, err := testenv.NftHasAddr(e.opt.Name, addr); ok || err != nil {
+			out = append(out, fmt.Sprintf("nftables elements of %s (%v)", addr, err))
+		}
 	}
 	return out
 }
@@ -560,8 +560,8 @@ ip route get 127.0.0.1`, gatewayIP.String())
 		}
 		if got := guestGet(t, sb, farAddr); got != "far" {
 			t.Errorf("after recovery, the allowed outside host: %q", got)
-			out, _ := exec.Command("nft", "list", "table", "inet", e.opt.Name).CombinedOutput()
-			t.Logf("%s", out)
+			elems, err := testenv.NftElements(e.opt.Name)
+			t.Logf("nftables sets of inet %s: %v %v", e.opt.Name, elems, err)
 		}
 		if got := guestGet(t, sb, e.node); got != "" {
 			t.Errorf("after recovery, the node: %q", got)
@@ -573,6 +573,11 @@ ip route get 127.0.0.1`, gatewayIP.String())
 	})
 
 	t.Run("Destroy", func(t *testing.T) {
+		// The control for checkGone's nftables check: the live VM's
+		// address is in the table's sets.
+		if ok, err := testenv.NftHasAddr(e.opt.Name, ep.Addr); !ok || err != nil {
+			t.Errorf("before Destroy, no nftables element holds %s: %v", ep.Addr, err)
+		}
 		if err := sb.Destroy(ctx); err != nil {
 			t.Fatalf("Destroy: %v", err)
 		}

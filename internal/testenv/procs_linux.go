@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -124,4 +125,59 @@ func NftElements(name string) (map[string]int, error) {
 		out[s.Name] = len(es)
 	}
 	return out, nil
+}
+
+// nftTable finds the nftables table inet name (nil if there is none).
+func nftTable(c *nftables.Conn, name string) (*nftables.Table, error) {
+	tabs, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("listing nftables tables: %w", err)
+	}
+	for _, t := range tabs {
+		if t.Name == name {
+			return t, nil
+		}
+	}
+	return nil, nil
+}
+
+// NftHasAddr reports whether an element of a set of the nftables table
+// inet name holds the IPv4 address addr in its key (alone or as part of
+// a concatenation); false if the table does not exist.
+func NftHasAddr(name string, addr netip.Addr) (bool, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return false, err
+	}
+	tab, err := nftTable(c, name)
+	if err != nil || tab == nil {
+		return false, err
+	}
+	sets, err := c.GetSets(tab)
+	if err != nil {
+		return false, fmt.Errorf("listing the sets of table inet %s: %w", name, err)
+	}
+	want := addr.AsSlice()
+	for _, s := range sets {
+		es, err := c.GetSetElements(s)
+		if err != nil {
+			return false, fmt.Errorf("listing set %s of table inet %s: %w", s.Name, name, err)
+		}
+		for _, e := range es {
+			if bytes.Contains(e.Key, want) || bytes.Contains(e.KeyEnd, want) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// NftTableExists reports whether the nftables table inet name exists.
+func NftTableExists(name string) (bool, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return false, err
+	}
+	tab, err := nftTable(c, name)
+	return tab != nil, err
 }
