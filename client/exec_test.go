@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // streamEvents serves events as NDJSON, flushing each line.
@@ -115,7 +116,7 @@ func TestExecStreamHandlerErrorStops(t *testing.T) {
 	if n != 2 {
 		t.Errorf("handler saw %d events, want 2", n)
 	}
-	<-gone
+	testenv.Recv(t, gone, time.Minute, "the handler to return")
 }
 
 func TestExecStreamTruncated(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // TestMain makes the test binary act as dsec-guest when asked to, so the
@@ -97,7 +99,7 @@ func TestForwardsSignals(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err := cmd.Wait()
+	err := testenv.WaitCmd(t, cmd, time.Minute, "the guest to exit on SIGTERM")
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
 		t.Fatalf("guest ended with %v, want exit status 7", err)
@@ -147,7 +149,7 @@ func TestReapsOrphans(t *testing.T) {
 			t.Errorf("zombie child %d of the guest: %v", pid, st)
 		}
 	}
-	err := cmd.Wait()
+	err := testenv.WaitCmd(t, cmd, time.Minute, "the guest to exit")
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 5 {
 		t.Fatalf("guest ended with %v, want exit status 5", err)

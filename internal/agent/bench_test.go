@@ -5,6 +5,7 @@ package agent_test
 import (
 	"bufio"
 	"context"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"net"
 	"os"
 	"os/exec"
@@ -107,7 +108,7 @@ func BenchmarkIdleRSS(b *testing.B) {
 	}
 	defer func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		_ = testenv.WaitCmd(b, cmd, time.Minute, "the agent to exit after SIGKILL")
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	var conn net.Conn

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,7 +81,7 @@ func TestConcurrentLargeOutputs(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the concurrent calls")
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -92,7 +93,7 @@ func TestConcurrentLargeOutputs(t *testing.T) {
 	default:
 	}
 	close(release)
-	if err := <-stalledDone; err != nil {
+	if err := testenv.Recv(t, stalledDone, time.Minute, "the stalled call to end once released"); err != nil {
 		t.Fatalf("stalled call: %v", err)
 	}
 	if stalledOut.String() != pattern("stalled", stalledSize) {
@@ -191,7 +192,7 @@ func TestCancelKillsCommand(t *testing.T) {
 	}()
 	pid := read()
 	cancel()
-	if err := <-done; err == nil {
+	if err := testenv.Recv(t, done, time.Minute, "the cancelled exec to return"); err == nil {
 		t.Error("Exec succeeded after cancel")
 	}
 	waitFor(t, "the command to die", func() bool { return gone(pid) })

@@ -76,6 +76,7 @@ func (r *runningAgent) stop() error {
 	var err error
 	r.once.Do(func() {
 		r.cancel()
+		// bounded: run returns once cancelled (its stop is the test's cleanup)
 		err = <-r.done
 	})
 	return err

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"io"
 	"net"
 	"os"
@@ -99,7 +100,7 @@ func startChildAgent(t testing.TB) *childAgent {
 	t.Cleanup(func() {
 		if !ca.exited {
 			ca.cmd.Process.Kill()
-			ca.cmd.Wait()
+			_ = testenv.WaitCmd(t, ca.cmd, time.Minute, "the child agent to exit after SIGKILL")
 		}
 	})
 	waitFor(t, "the agent's socket", func() bool { _, err := os.Stat(ca.socket); return err == nil })
@@ -110,6 +111,7 @@ func startChildAgent(t testing.TB) *childAgent {
 func (ca *childAgent) stop() error {
 	ca.stdin.Close()
 	ca.exited = true
+	// bounded: closing stdin ends the child agent; pidns tests bound their own run
 	if err := ca.cmd.Wait(); err != nil {
 		return fmt.Errorf("%w:\n%s", err, ca.stderr.String())
 	}

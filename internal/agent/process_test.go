@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,7 +93,7 @@ func TestBackgroundLifecycle(t *testing.T) {
 	if again, err := c.Wait(ctx, p.Pid); err != nil || again.Stdout != res.Stdout {
 		t.Errorf("second Wait = %+v, %v", again, err)
 	}
-	ares := <-attachDone
+	ares := testenv.Recv(t, attachDone, time.Minute, "the attached reader to end")
 	amu.Lock()
 	got := attached.String()
 	amu.Unlock()

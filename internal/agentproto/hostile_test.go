@@ -208,6 +208,7 @@ func TestHostileWindowOverrun(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	errc := call(func() error {
+		// bounded: the consumer stalls until the deferred close(release)
 		_, err := c.Exec(context.Background(), ExecRequest{Argv: []string{"x"}}, Output{Stdout: func([]byte) { <-release }})
 		return err
 	})
@@ -261,6 +262,7 @@ func TestHostileEventFlood(t *testing.T) {
 	// The consumer stalls on the first event, so the others queue up.
 	release := make(chan struct{})
 	errc := call(func() error {
+		// bounded: the consumer stalls until the test's close(release)
 		_, err := c.Exec(context.Background(), ExecRequest{Argv: []string{"x"}}, Output{Started: func(int) { <-release }})
 		return err
 	})
@@ -378,6 +380,7 @@ func TestHostileFlood(t *testing.T) {
 	var peak uint64
 	for sent := 0; sent < total; {
 		for credit < int64(len(chunk)) {
+			// bounded: the hostile peer grants credit for every chunk it reads
 			credit += <-credits
 		}
 		if err := fa.write(Frame{Type: FrameData, Channel: ChanOut + Channel(sent/ChunkSize%2), Stream: fr.Stream, Payload: chunk}); err != nil {

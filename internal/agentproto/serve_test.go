@@ -90,6 +90,7 @@ func TestStalledCallDoesNotBlockOthers(t *testing.T) {
 		var got int
 		once := sync.Once{}
 		_, err := c.Exec(context.Background(), ExecRequest{Argv: size("s", 16<<20), MaxOutputBytes: 32 << 20}, Output{Stdout: func(b []byte) {
+			// bounded: the consumer stalls until the test's close(release)
 			once.Do(func() { <-release })
 			got += len(b)
 		}})
@@ -110,7 +111,7 @@ func TestStalledCallDoesNotBlockOthers(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the concurrent calls")
 	select {
 	case err := <-stalled:
 		t.Fatalf("the stalled call ended: %v", err)
@@ -142,6 +143,7 @@ func TestStdinStreamRoundTrip(t *testing.T) {
 func TestCancelReachesHandler(t *testing.T) {
 	cancelled := make(chan struct{})
 	c := serveTest(t, func(c *Call) {
+		// bounded: the handler's context ends with the call
 		<-c.Context().Done()
 		close(cancelled)
 		c.Reply(nil, c.Context().Err())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 func TestSpecs(t *testing.T) {
@@ -198,7 +199,7 @@ func TestEnsureOnce(t *testing.T) {
 			ids[i] = art.ID()
 		}()
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 5*time.Minute, "the concurrent Ensure calls")
 	if calls.Load() != 1 {
 		t.Errorf("Fill ran %d times, want 1", calls.Load())
 	}

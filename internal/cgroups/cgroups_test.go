@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -468,7 +469,7 @@ func TestConcurrentCreateDestroy(t *testing.T) {
 		}()
 	}
 	for range 8 {
-		if err := <-errs; err != nil {
+		if err := testenv.Recv(t, errs, time.Minute, "a concurrent create and destroy"); err != nil {
 			t.Error(err)
 		}
 	}

@@ -224,6 +224,7 @@ func reapOrphans(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		close(done)
+		// bounded: the reaper goroutine stops as soon as done is closed
 		<-stopped
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 	})

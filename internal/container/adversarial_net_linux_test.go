@@ -122,6 +122,7 @@ func testConnectionAcrossPhases(t *testing.T, e *isoEnv) {
 	}
 	// Nothing more arrives, on it or on a new one.
 	for len(far.lines) > 0 {
+		// bounded: lines is buffered and non-empty here
 		<-far.lines
 	}
 	before := far.accepted.Load()

@@ -102,6 +102,7 @@ func parallel[S any](n, conc int, fn func(i int) (S, error)) ([]S, time.Duration
 			}
 		}()
 	}
+	// bounded: every fn is a create, exec and destroy with their own timeouts
 	wg.Wait()
 	return out, time.Since(start), firstErr
 }

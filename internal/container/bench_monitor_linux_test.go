@@ -33,6 +33,7 @@ func BenchmarkMonitor(b *testing.B) {
 		b.Fatal(err)
 	}
 	rec := audit.NewRecorder(mon, rules, countSink{&events}, nil)
+	// bounded: closing the monitor ends the recorder's loop
 	b.Cleanup(func() { mon.Close(); rec.Wait() }) // after the runtimes'
 	offDir, onDir := b.TempDir(), b.TempDir()
 	b.Cleanup(func() { checkHost(b, offDir); checkHost(b, onDir) })

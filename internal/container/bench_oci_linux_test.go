@@ -231,6 +231,7 @@ func onOCIThread(dir string, fn func() error) error {
 		}
 		errc <- fn()
 	}()
+	// bounded: fn is the runtime's exec with its own timeout
 	return <-errc
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/guest"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // TestCreateRefusesSocketPathTooLong checks that an ID too long for the
@@ -167,7 +168,7 @@ func TestZygoteRestarts(t *testing.T) {
 	if err := syscall.Kill(z.pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-z.done
+	testenv.Recv(t, z.done, time.Minute, "the killed zygote to be reaped")
 	sb2 := e.create(t, "z2", nil)
 	run(t, sb2, "true")
 	z2 := zyg()

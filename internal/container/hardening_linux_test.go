@@ -3,9 +3,11 @@ package container
 import (
 	"context"
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/sandbox"
@@ -39,7 +41,7 @@ func TestCommandsHoldNoCapabilities(t *testing.T) {
 		go func() { done <- status() }()
 	}
 	for range 8 {
-		st := <-done
+		st := testenv.Recv(t, done, time.Minute, "a concurrent status read")
 		for _, want := range []string{
 			"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
 			"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",

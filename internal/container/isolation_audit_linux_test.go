@@ -47,6 +47,7 @@ func startAudit(t *testing.T, node ...netip.Prefix) (*audit.Recorder, *auditLog)
 	}
 	log := &auditLog{}
 	rec := audit.NewRecorder(mon, rules, log, nil)
+	// bounded: closing the monitor ends the recorder's loop
 	t.Cleanup(func() { mon.Close(); rec.Wait() })
 	return rec, log
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // cgroupFile returns sb's control file name, in whichever hierarchy has
@@ -98,7 +99,7 @@ func testResources(t *testing.T, e *isoEnv, main *Sandbox) {
 			}
 		}
 		close(stop)
-		if err := <-bombed; err != nil {
+		if err := testenv.Recv(t, bombed, 2*time.Minute, "the fork bomb's exec to end"); err != nil {
 			t.Fatalf("the bomb's sandbox: %v (console: %s)", err, consoleTail(bomb.dir))
 		}
 		st := stats(bomb)

@@ -113,6 +113,7 @@ func TestPhaseExecutables(t *testing.T) {
 	}
 	log := &auditLog{}
 	rec := audit.NewRecorder(mon, rules, log, nil)
+	// bounded: closing the monitor ends the recorder's loop
 	t.Cleanup(func() { mon.Close(); rec.Wait() })
 	rt := newRuntime(t, dir, runtimeOptions{monitor: rec})
 	ctx := context.Background()

@@ -38,7 +38,10 @@ func TestPhaseAndDestroyStuck(t *testing.T) {
 		if err := hog.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = hog.Process.Kill(); _ = hog.Wait() })
+		t.Cleanup(func() {
+			_ = hog.Process.Kill()
+			_ = testenv.WaitCmd(t, hog, time.Minute, "the CPU hog to exit after SIGKILL")
+		})
 	}
 	phases := []api.Phase{{Name: "setup"}, {Name: "coding", Writable: []string{"/tmp"}}}
 	created, err := rt.Create(ctx, sandbox.Spec{ID: "stuck", Image: world.image(), Phases: phases})

@@ -86,7 +86,7 @@ func TestSoak(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 10*time.Minute, "the soak's workers")
 	elapsed := time.Since(start)
 	slices.Sort(creates)
 	if len(creates) > 0 {

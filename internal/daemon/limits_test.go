@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/client"
 	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"github.com/dsec-dev/dsec/internal/wasmtools"
 )
 
@@ -130,7 +131,7 @@ func TestShutdownFinishesInFlightRequests(t *testing.T) {
 	// machine, with the race detector).
 	time.Sleep(1500 * time.Millisecond)
 	u.stop()
-	r := <-done
+	r := testenv.Recv(t, done, time.Minute, "the in-flight exec to finish")
 	if r.err != nil || r.res.ExitCode != 0 || r.res.TimedOut {
 		t.Errorf("exec in flight during shutdown: %+v, %v", r.res, r.err)
 	}
@@ -203,7 +204,7 @@ func TestDeleteDuringStalledUpload(t *testing.T) {
 		t.Errorf("delete waited %v for a stalled upload", d)
 	}
 	pw.CloseWithError(errors.New("giving up"))
-	if err := <-uploadDone; err == nil {
+	if err := testenv.Recv(t, uploadDone, time.Minute, "the stalled upload to end"); err == nil {
 		t.Error("the stalled upload succeeded after its sandbox was deleted")
 	}
 }

@@ -178,7 +178,7 @@ func (d *procDaemon) kill() {
 	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		d.t.Fatal(err)
 	}
-	<-d.exited
+	testenv.Recv(d.t, d.exited, time.Minute, "the daemon to exit after SIGKILL")
 	if d.c != nil {
 		d.c.CloseIdleConnections()
 	}
@@ -195,7 +195,7 @@ func (d *procDaemon) stop() {
 	case <-time.After(2 * time.Minute):
 		d.t.Error("the daemon did not stop within 2 minutes; killing it")
 		_ = d.cmd.Process.Kill()
-		<-d.exited
+		testenv.Recv(d.t, d.exited, time.Minute, "the daemon to exit after SIGKILL")
 	}
 	if d.c != nil {
 		d.c.CloseIdleConnections()

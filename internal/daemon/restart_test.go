@@ -142,7 +142,7 @@ func TestRestartDuringWorkloadLosesNothing(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	u.stop() // in the middle of the workload
 	stopLoad()
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 5*time.Minute, "the workload's clients")
 	if len(created) == 0 {
 		t.Fatal("the workload created nothing")
 	}
@@ -185,7 +185,7 @@ func TestCrashRecovery(t *testing.T) {
 	defer func() {
 		if !killed {
 			cmd.Process.Kill()
-			<-exited
+			testenv.Recv(t, exited, time.Minute, "the daemon to exit after SIGKILL")
 		}
 	}()
 	addr, ok := waitFile(filepath.Join(dir, AddrFile), 2*time.Minute, exited)
@@ -228,9 +228,9 @@ func TestCrashRecovery(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
+	testenv.Recv(t, exited, time.Minute, "the daemon to exit after SIGKILL")
 	killed = true
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 5*time.Minute, "the clients to see the daemon gone")
 	t.Logf("%d sandboxes acknowledged before the kill", len(ids))
 
 	u := startUp(t, dir, nil)

@@ -32,7 +32,7 @@ func runRole(t *testing.T, role Role, cfg config.Config) Info {
 	}
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, 2*time.Minute, "the role to stop"); err != nil {
 			t.Errorf("role: %v", err)
 		}
 		testenv.NoMountsUnder(t, cfg.DataDir)

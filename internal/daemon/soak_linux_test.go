@@ -99,6 +99,7 @@ func (s *soak) client() (*client.Client, int) {
 		s.mu.Lock()
 		up := s.up
 		s.mu.Unlock()
+		// bounded: a pause (s.pause) lasts until its resume, which every path runs
 		<-up
 		s.mu.Lock()
 		c, e, serving := s.c, s.epoch, s.up == up
@@ -287,7 +288,7 @@ func TestContainerSoakWithCrash(t *testing.T) {
 		s.errs.Add(10) // stop the workers
 	}
 	s.resume(d.c)
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 15*time.Minute, "the soak's workers")
 	elapsed := time.Since(start)
 	t.Logf("%d cycles in %v (%.0f/s) with one crash", s.done.Load(), elapsed.Round(time.Millisecond), float64(s.done.Load())/elapsed.Seconds())
 	if t.Failed() {
@@ -346,7 +347,7 @@ func TestContainerCrashDuringCreate(t *testing.T) {
 		time.Sleep(time.Duration(100+rand.IntN(900)) * time.Millisecond)
 		stop.Store(true)
 		d.kill()
-		wg.Wait()
+		testenv.WaitGroup(t, &wg, 5*time.Minute, "the workers to see the kill")
 		if t.Failed() {
 			return
 		}
@@ -425,7 +426,7 @@ func checkUsable(t *testing.T, c *client.Client, sbs []api.Sandbox) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 5*time.Minute, "the checks after the restart")
 }
 
 // deleteAll deletes sbs and waits for every delete.
@@ -446,7 +447,7 @@ func deleteAll(t *testing.T, c *client.Client, sbs []api.Sandbox) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 5*time.Minute, "the deletes")
 }
 
 // calibration is how many nftables elements a sandbox of each of

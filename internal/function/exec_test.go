@@ -12,6 +12,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 func TestTools(t *testing.T) {
@@ -303,7 +304,7 @@ func TestMaxCalls(t *testing.T) {
 	if err != nil || res.Stdout != "second\n" || time.Since(start) < 500*time.Millisecond {
 		t.Errorf("second call: %+v, %v after %v", res, err, time.Since(start))
 	}
-	if err := <-busy; err != nil {
+	if err := testenv.Recv(t, busy, time.Minute, "the busy call to end"); err != nil {
 		t.Fatal(err)
 	}
 	// A caller that gives up while waiting gets its context's error.

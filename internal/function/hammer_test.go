@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -84,7 +86,7 @@ func TestHammer(t *testing.T) {
 			<-done
 		}
 	}()
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 5*time.Minute, "the hammer's goroutines")
 	close(errs)
 	for err := range errs {
 		t.Error(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // waitFor polls cond for up to 10 s.
@@ -99,7 +100,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if err := rt.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if res := <-done; res.ExitCode != -1 || res.Error != "killed" {
+	if res := testenv.Recv(t, done, time.Minute, "the call Close stopped to return"); res.ExitCode != -1 || res.Error != "killed" {
 		t.Errorf("call stopped by Close: %+v", res)
 	}
 	if _, err := sbs[1].Exec(context.Background(), sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"echo"}}}); err == nil {

@@ -4,6 +4,7 @@ package guard
 
 import (
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -72,13 +73,13 @@ func runIn(t *testing.T, dir, script string, args ...string) map[string]string {
 	if dir != "" {
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
 			cmd.Process.Kill()
-			cmd.Wait()
+			_ = testenv.WaitCmd(t, cmd, time.Minute, "the probe to exit after SIGKILL")
 			t.Fatal(err)
 		}
 	}
 	in.Write([]byte("go\n"))
 	in.Close()
-	if err := cmd.Wait(); err != nil {
+	if err := testenv.WaitCmd(t, cmd, 2*time.Minute, "the probe"); err != nil {
 		t.Fatalf("probe: %v\n%s", err, out.String())
 	}
 	got := map[string]string{}

@@ -261,6 +261,7 @@ func (s *countingStore) Open(ctx context.Context, digest string) (io.ReadCloser,
 	s.mu.Unlock()
 	if s.blockFirst.CompareAndSwap(true, false) {
 		close(s.blocked)
+		// bounded: the fake store blocks until its caller's context ends
 		<-ctx.Done()
 		return nil, blobstore.Info{}, ctx.Err()
 	}

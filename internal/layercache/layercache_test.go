@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // gcAndCheckEmpty releases nothing: it runs GC and checks that no mount
@@ -223,7 +224,7 @@ func TestManySandboxesShareLayerMounts(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the concurrent views")
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -497,7 +498,7 @@ func TestFetchSingleFlight(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the concurrent views")
 	opens := store.openCounts()
 	if len(opens) != 6 {
 		t.Errorf("opened %d files, want 6", len(opens))
@@ -534,7 +535,7 @@ func TestFetchCancelledLeaderIsReplaced(t *testing.T) {
 		_, _, err := c.View(leaderCtx, []Layer{l})
 		leaderErr <- err
 	}()
-	<-store.blocked
+	testenv.Recv(t, store.blocked, time.Minute, "the leader's fetch to block")
 	follower := make(chan error, 1)
 	var release func()
 	go func() {
@@ -543,10 +544,10 @@ func TestFetchCancelledLeaderIsReplaced(t *testing.T) {
 		follower <- err
 	}()
 	cancel()
-	if err := <-leaderErr; !errors.Is(err, context.Canceled) {
+	if err := testenv.Recv(t, leaderErr, time.Minute, "the cancelled leader"); !errors.Is(err, context.Canceled) {
 		t.Errorf("leader: %v, want Canceled", err)
 	}
-	if err := <-follower; err != nil {
+	if err := testenv.Recv(t, follower, time.Minute, "the follower"); err != nil {
 		t.Fatalf("follower: %v", err)
 	}
 	release()
@@ -571,7 +572,7 @@ func TestCorruptStore(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the concurrent views")
 	u := filepath.Join(e.root, "u")
 	os.Mkdir(u, 0o755)
 	if _, _, err := c.Root(ctx, "sb", layers, u); errdefs.CodeOf(err) != "layer_corrupt" {

@@ -18,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"github.com/dsec-dev/dsec/internal/vmm"
 )
 
@@ -174,7 +175,7 @@ func TestAdversarial(t *testing.T) {
 		}()
 		time.Sleep(500 * time.Millisecond)
 		during := responsive(t)
-		wg.Wait()
+		testenv.WaitGroup(t, &wg, 5*time.Minute, "the output flood's exec")
 		t.Logf("64 MB of output: %v; echo during it: %v; streamed %d bytes", time.Since(s).Round(time.Millisecond), during.Round(time.Millisecond), streamed.Load())
 		if floodErr != nil || !flood.StdoutTruncated || len(flood.Stdout) > limit || streamed.Load() > limit {
 			t.Errorf("flood: err %v, truncated %v, captured %d, streamed %d; want capped at %d", floodErr, flood.StdoutTruncated, len(flood.Stdout), streamed.Load(), limit)
@@ -206,7 +207,7 @@ func TestAdversarial(t *testing.T) {
 		}()
 		time.Sleep(time.Second)
 		during := responsive(t)
-		wg.Wait()
+		testenv.WaitGroup(t, &wg, 5*time.Minute, "the console flood's exec")
 		after := size()
 		t.Logf("console flood: %v (%s); echo during it: %v; host log %d → %d bytes (cap %d)", time.Since(s).Round(time.Millisecond), strings.TrimSpace(flood.Stdout), during.Round(time.Millisecond), before, after, vmm.DefaultSerialLogMax)
 		if after > vmm.DefaultSerialLogMax+4096 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"github.com/dsec-dev/dsec/internal/vminit"
 	"github.com/dsec-dev/dsec/internal/vmm"
 )
@@ -45,7 +46,7 @@ func BenchmarkCreate(b *testing.B) {
 			b.Fatalf("Create: %v", err)
 		}
 		ready = append(ready, time.Since(start))
-		if d := <-seen; d > 0 {
+		if d := testenv.Recv(b, seen, 5*time.Minute, "the serial console's READY"); d > 0 {
 			serial = append(serial, d)
 		}
 		msb := sb.(*Sandbox)
@@ -113,7 +114,7 @@ func BenchmarkCreateParallel4(b *testing.B) {
 				mu.Unlock()
 			})
 		}
-		wg.Wait()
+		testenv.WaitGroup(b, &wg, 10*time.Minute, "the parallel creates")
 		wall += time.Since(start)
 		for j, sb := range sbs {
 			if errs[j] != nil {

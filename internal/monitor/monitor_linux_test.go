@@ -4,6 +4,7 @@ package monitor
 
 import (
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -73,7 +74,7 @@ func runIn(t *testing.T, dir, script string) {
 	in.Write([]byte("go\n"))
 	in.Close()
 	go io.Copy(io.Discard, out)
-	_ = cmd.Wait()
+	_ = testenv.WaitCmd(t, cmd, time.Minute, "the traced shell")
 }
 
 // collect gathers events until quiet for 300 ms.

@@ -207,6 +207,7 @@ func TestPolicyChangeCutsOpenConnections(t *testing.T) {
 		conns := make(chan net.Conn, 1)
 		t.Cleanup(func() {
 			ln.Close()
+			// bounded: conns is closed when the accept loop ends with ln.Close
 			if c, ok := <-conns; ok {
 				c.Close()
 			}

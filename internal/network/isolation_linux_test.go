@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 func TestAntiSpoofing(t *testing.T) {
@@ -66,7 +67,8 @@ func TestAntiSpoofing(t *testing.T) {
 		return nil
 	}))
 	must(t, EnterNetns(b.NetnsPath, func() error { return send(b.Addr, "b") }))
-	deadline := time.Now().Add(2 * time.Second)
+	// (A bound for a loaded host: the packets come in milliseconds.)
+	deadline := time.Now().Add(10 * time.Second)
 	for !(slices.Contains(w.heard(), "a") && slices.Contains(w.heard(), "b")) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -138,7 +140,7 @@ func TestEnterNetnsRestoresThreads(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the concurrent namespace entries")
 	for range 200 {
 		wg.Go(func() {
 			if ns, _ := os.Readlink("/proc/thread-self/ns/net"); ns != host {
@@ -147,7 +149,7 @@ func TestEnterNetnsRestoresThreads(t *testing.T) {
 			runtime.Gosched()
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the concurrent namespace entries")
 	if err := EnterNetns("/nonexistent", func() error { return nil }); err == nil {
 		t.Error("EnterNetns of a missing path succeeded")
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // waitPool waits up to 10 s for the pool to hold n namespaces.
@@ -155,7 +156,7 @@ func TestConcurrentUse(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the concurrent acquires")
 	close(errs)
 	for err := range errs {
 		t.Error(err)

@@ -95,6 +95,7 @@ var probes = []probe{
 				_ = syscall.Getpid()
 			}()
 		}
+		// bounded: the goroutines only lock a thread and return
 		wg.Wait()
 		return 0
 	}, 0},

@@ -82,7 +82,7 @@ func TestWatchSandboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-initialDone
+	testenv.Recv(t, initialDone, time.Minute, "the watch's initial values")
 	rev, _ := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StatePending}})
 	s.UpdateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StateRunning}}, rev)
 	s.PurgeSandbox(ctx, "before")

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/builtin"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"github.com/dsec-dev/dsec/internal/vminit"
 )
 
@@ -162,11 +163,11 @@ func bootVM(t testing.TB, k Kernel, initrd string) bootResult {
 		hvcDone <- 0
 	}()
 
-	<-serialDone
-	werr := cmd.Wait()
+	testenv.Recv(t, serialDone, 5*time.Minute, "the guest's serial console to close")
+	werr := testenv.WaitCmd(t, cmd, 5*time.Minute, "QEMU to exit")
 	r.exited = time.Since(start)
 	ln.Close()
-	r.hvcReady = <-hvcDone
+	r.hvcReady = testenv.Recv(t, hvcDone, time.Minute, "the virtio console reader")
 	if ctx.Err() != nil {
 		t.Fatalf("boot watchdog: QEMU killed after %s\nserial:\n%s\nstderr: %s", bootWatchdog, serial.String(), stderr.String())
 	}
@@ -244,7 +245,7 @@ func TestInitramfsReproducible(t *testing.T) {
 	for i := range paths {
 		wg.Go(func() { paths[i], errs[i] = Initramfs(dir, k, guest) })
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 5*time.Minute, "the concurrent Initramfs builds")
 	for i, p := range paths {
 		if errs[i] != nil {
 			t.Fatal(errs[i])
@@ -294,5 +295,5 @@ func TestFetchCached(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 10*time.Minute, "the concurrent Fetches")
 }

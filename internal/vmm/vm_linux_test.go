@@ -107,7 +107,7 @@ func TestStartStatusShutdown(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the concurrent QMP commands")
 	if err := vm.QMP().Execute(ctx, "no-such-command", nil, nil); !errors.As(err, new(*QMPError)) {
 		t.Fatalf("unknown command: %v, want a *QMPError", err)
 	}
@@ -174,6 +174,7 @@ func TestWatchdogKillsUnreadyVM(t *testing.T) {
 	}
 	began := time.Now()
 	err = vm.WaitReady(ctx, func(ctx context.Context) error {
+		// bounded: WaitReady's context has the test's deadline
 		<-ctx.Done() // a paused guest never gets ready
 		return ctx.Err()
 	}, 300*time.Millisecond)
@@ -206,6 +207,7 @@ func TestWaitReady(t *testing.T) {
 	// The VM exits while the check waits: boot_failed, not a timeout.
 	err = vm.WaitReady(ctx, func(ctx context.Context) error {
 		vm.QMP().Execute(ctx, "quit", nil, nil)
+		// bounded: WaitReady's context has the test's deadline
 		<-ctx.Done()
 		return ctx.Err()
 	}, 10*time.Second)
