@@ -41,8 +41,9 @@ type Match struct {
 	// "file-api", "output-capped", "call-timeout", "memory-limit").
 	Kind     string   `json:"kind,omitempty"`
 	Syscalls []string `json:"syscalls,omitempty"`
-	// Paths are patterns of the event's path: "*" matches within a path
-	// element, "**" any number of elements.
+	// Paths are patterns of the event's path or target (a rename's or
+	// link's new name): "*" matches within a path element, "**" any
+	// number of elements.
 	Paths []string `json:"paths,omitempty"`
 	// CIDRs contain a connect's destination.
 	CIDRs []string `json:"cidrs,omitempty"`
@@ -175,7 +176,7 @@ func (r *Rule) Matches(e monitor.Event) bool {
 			return false
 		}
 	}
-	if len(m.Paths) > 0 && !slices.ContainsFunc(m.Paths, func(p string) bool { return matchPath(p, e.Path) }) {
+	if len(m.Paths) > 0 && !slices.ContainsFunc(m.Paths, func(p string) bool { return matchPath(p, e.Path) || matchPath(p, e.Target) }) {
 		return false
 	}
 	return true
