@@ -31,7 +31,8 @@ type GradeRequest struct {
 	// grading sees. Default ["/workspace"].
 	Carry []string `json:"carry,omitempty"`
 	// Sealed are directories the tests layer owns: whatever the agent put
-	// under them is dropped. Default ["/workspace/tests"].
+	// under them is dropped. Default ["/workspace/tests"]. Whatever the
+	// lists, a path the tests layer has is never taken from the agent.
 	Sealed []string `json:"sealed,omitempty"`
 	// Protected are extra glob patterns (** for any depth) of files never
 	// carried, in addition to the built-in list (test configuration,
@@ -88,7 +89,8 @@ type GradeResult struct {
 	// Output is the tail of the grader's stdout and stderr.
 	Output string `json:"output,omitempty"`
 	// Carried counts the agent's files the grading saw; Discarded lists
-	// those it did not, with why (protected, sealed, special file).
+	// those it did not, with why ("tests layer": a path the tests layer
+	// has, whose copy always wins; protected, sealed, special file).
 	Carried      int      `json:"carried"`
 	CarriedBytes int64    `json:"carried_bytes"`
 	Discarded    []string `json:"discarded"`

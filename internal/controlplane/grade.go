@@ -130,8 +130,13 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 	if err != nil {
 		return api.GradeResult{}, err
 	}
-	if tests := sealedImg.Layers[len(sealedImg.Layers)-1].ID; slices.Contains(rec.Layers, tests) {
+	testsID := sealedImg.Layers[len(sealedImg.Layers)-1].ID
+	if slices.Contains(rec.Layers, testsID) {
 		return api.GradeResult{}, errdefs.New(errdefs.Invalid, "tests_layer_seen", "sandbox %s has layer %s: the tests must come from a layer it never had", id, req.TestsLayer)
+	}
+	provided, err := m.images.LayerPaths(ctx, testsID)
+	if err != nil {
+		return api.GradeResult{}, fmt.Errorf("the tests layer's files: %w", err)
 	}
 	start := time.Now()
 	res := api.GradeResult{Sandbox: id, At: start.UTC(), Discarded: []string{}}
@@ -169,7 +174,7 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 			m.log.Warn("destroying a grading sandbox", "sandbox", grader.ID, "err", err)
 		}
 	}()
-	f := grading.Filter{Sealed: req.Sealed, Protected: append(slices.Clone(grading.DefaultProtected), req.Protected...), ReportDir: reportDir}
+	f := grading.Filter{Sealed: req.Sealed, Protected: append(slices.Clone(grading.DefaultProtected), req.Protected...), ReportDir: reportDir, Provided: provided}
 	if err := m.carry(ctx, owner, id, grader.ID, req.Carry, &f, &res); err != nil {
 		return api.GradeResult{}, err
 	}

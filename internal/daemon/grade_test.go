@@ -57,8 +57,15 @@ var gradeCmd = []string{"sh", "/workspace/tests/run.sh", "/tmp/dsec-grade/junit.
 // importGradeTests uploads gradeTests as the layer tests/adder:v1.
 func importGradeTests(t testing.TB, c *client.Client) {
 	t.Helper()
+	importTestsLayer(t, c, "tests/adder:v1", gradeTests)
+}
+
+// importTestsLayer uploads files (paths relative to /workspace) as the
+// layer name.
+func importTestsLayer(t testing.TB, c *client.Client, name string, files map[string]string) {
+	t.Helper()
 	src := t.TempDir()
-	for name, body := range gradeTests {
+	for name, body := range files {
 		p := filepath.Join(src, "workspace", name)
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
@@ -69,7 +76,7 @@ func importGradeTests(t testing.TB, c *client.Client) {
 	if err := tardir.Write(src, &tarBuf); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ImportLayer(context.Background(), client.KindTar, &tarBuf, "tests/adder:v1"); err != nil {
+	if _, err := c.ImportLayer(context.Background(), client.KindTar, &tarBuf, name); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -313,4 +320,115 @@ func TestSealedGradingFunctionTier(t *testing.T) {
 
 func discardedAny(res *api.GradeResult, prefix string) bool {
 	return slices.ContainsFunc(res.Discarded, func(d string) bool { return strings.HasPrefix(d, prefix) })
+}
+
+// layoutRunner is gradeRunner for test files that live beside the code,
+// as Go's (pkg/x_test.go) and JavaScript's (src/x.test.js) do: every
+// such file under /workspace is a test. The files hold shell, the
+// runner's language; only their names and places matter to the grading.
+var layoutRunner = strings.Replace(gradeRunner, "for t in /workspace/tests/test_*.sh; do\n\tname=$(basename \"$t\" .sh)",
+	"for t in $(find /workspace -name '*_test.go' -o -name '*.test.js' | sort); do\n\tname=${t#/workspace/}", 1)
+
+var layoutTests = map[string]string{
+	"tests/run.sh":        layoutRunner,
+	"calc/calc_test.go":   gradeTests["tests/test_add.sh"],
+	"web/src/add.test.js": gradeTests["tests/test_neg.sh"],
+}
+
+// TestSealedGradingTestsLayerWins: with the default sealed and
+// protected lists, which know Python's layout only, the tests layer's
+// files still win over the agent's copies in any layout. An agent that
+// removes the assertions of its Go and JavaScript tests (sed -i) passes
+// the grader run in its own sandbox (the negative control) and fails
+// the sealed grading, which lists the agent's copies as discarded; an
+// honest solution passes it.
+func TestSealedGradingTestsLayerWins(t *testing.T) {
+	if !strings.Contains(layoutRunner, "find /workspace") {
+		t.Fatal("layoutRunner did not replace gradeRunner's loop")
+	}
+	u := startContainers(t)
+	c := u.c
+	ctx := context.Background()
+	importTestsLayer(t, c, "tests/layout:v1", layoutTests)
+	cmd := []string{"sh", "/workspace/tests/run.sh", "/tmp/dsec-grade/junit.xml"}
+	agent := func(t *testing.T, solution, script string) string {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierContainer, Image: "busybox"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.DeleteSandbox(context.Background(), sb.ID) })
+		files := map[string]string{"/workspace/solution.sh": solution}
+		for name, body := range layoutTests {
+			files["/workspace/"+name] = body
+		}
+		for p, body := range files {
+			if _, err := c.WriteFile(ctx, sb.ID, p, strings.NewReader(body), client.WriteOptions{Parents: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if script != "" {
+			if res := mustExec(t, c, sb.ID, api.ExecRequest{Command: script}); res.ExitCode != 0 {
+				t.Fatalf("the agent's actions: %+v", res)
+			}
+		}
+		return sb.ID
+	}
+	grade := func(t *testing.T, id string) *api.GradeResult {
+		t.Helper()
+		res, err := c.Grade(ctx, id, api.GradeRequest{TestsLayer: "tests/layout:v1", Cmd: cmd, ExpectedTests: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	provided := []string{"/workspace/calc/calc_test.go (tests layer)", "/workspace/web/src/add.test.js (tests layer)"}
+
+	t.Run("honest", func(t *testing.T) {
+		res := grade(t, agent(t, honestSolution, ""))
+		if res.Verdict != api.VerdictPassed || res.Passed != 2 {
+			t.Errorf("an honest solution: %+v", res)
+		}
+		for _, d := range provided {
+			if !slices.Contains(res.Discarded, d) {
+				t.Errorf("%s not discarded: %v", d, res.Discarded)
+			}
+		}
+	})
+	t.Run("asserts_removed", func(t *testing.T) {
+		id := agent(t, wrongSolution, `cd /workspace && sed -i 's/\[.*\]/true/' calc/calc_test.go web/src/add.test.js`)
+		inPlace := mustExec(t, c, id, api.ExecRequest{Cmd: cmd})
+		if b, _ := c.ReadFileBytes(ctx, id, "/tmp/dsec-grade/junit.xml"); inPlace.ExitCode != 0 || strings.Contains(string(b), "failure") || !strings.Contains(string(b), "calc_test.go") {
+			t.Fatalf("negative control: the edited tests should pass in place: %+v %s", inPlace, b)
+		}
+		res := grade(t, id)
+		if res.Verdict != api.VerdictFailed || res.Failed != 2 {
+			t.Errorf("edited Go and JavaScript tests: %+v", res)
+		}
+		for _, d := range provided {
+			if !slices.Contains(res.Discarded, d) {
+				t.Errorf("%s not discarded: %v", d, res.Discarded)
+			}
+		}
+		// sed -i renames a temporary file over each test: the audit
+		// names the tests by the rename's target (the uploads of the
+		// files API, which renames too, aside).
+		var tampered []string
+		for deadline := time.Now().Add(5 * time.Second); len(tampered) < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			evs, err := c.AuditEvents(ctx, id, 0, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tampered = tampered[:0]
+			for _, e := range evs {
+				if e.Rule == "test-tampering" && strings.HasPrefix(e.Syscall, "rename") && e.Comm == "sed" {
+					tampered = append(tampered, e.Target)
+				}
+			}
+		}
+		slices.Sort(tampered)
+		if want := []string{"/workspace/calc/calc_test.go", "/workspace/web/src/add.test.js"}; !slices.Equal(tampered, want) {
+			t.Errorf("the renames of sed -i hit test-tampering for %q, want %q", tampered, want)
+		}
+	})
 }

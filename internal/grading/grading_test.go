@@ -115,3 +115,39 @@ func TestFilter(t *testing.T) {
 		t.Error("Under")
 	}
 }
+
+// TestFilterTestsLayerWins: a path the tests layer provides is never
+// carried from the agent, whatever the language's layout and whether or
+// not the default lists know it (Go's x_test.go and JavaScript's
+// x.test.js beside the code; a file where the layer has a directory);
+// the agent's other files and a directory both have are carried (the
+// control: without the layer's paths the same files are carried).
+func TestFilterTestsLayerWins(t *testing.T) {
+	provided := map[string]bool{
+		"/workspace": true, "/workspace/calc": true, "/workspace/calc/calc_test.go": false,
+		"/workspace/web": true, "/workspace/web/src": true, "/workspace/web/src/add.test.js": false,
+		"/workspace/fixtures": true,
+	}
+	for _, c := range []struct {
+		path, typ string
+		keep      bool
+	}{
+		{"/workspace/calc/calc_test.go", "file", false},
+		{"/workspace/web/src/add.test.js", "file", false},
+		{"/workspace/fixtures", "file", false},
+		{"/workspace/calc", "dir", true},
+		{"/workspace/calc/calc.go", "file", true},
+		{"/workspace/calc/extra_test.go", "file", true},
+		{"/workspace/web/src/add.js", "file", true},
+	} {
+		without := Filter{Protected: DefaultProtected}
+		if keep, _ := without.Keep(c.path, c.typ); !keep {
+			t.Errorf("control: %s is left out without the tests layer's paths", c.path)
+		}
+		f := Filter{Protected: DefaultProtected, Provided: provided}
+		keep, why := f.Keep(c.path, c.typ)
+		if keep != c.keep || !keep && why != "tests layer" {
+			t.Errorf("%s (%s): keep %v %q, want %v", c.path, c.typ, keep, why, c.keep)
+		}
+	}
+}
