@@ -91,6 +91,8 @@ func TestDefaultRules(t *testing.T) {
 		{sys("prlimit64", 0), ""}, // every Go program raises its soft limit
 		{withArg(sys("kill", 0), 1), "signal-init"},
 		{withArg(sys("kill", 0), ^uint64(0)), "signal-init"},
+		{withArg(sys("kill", 0), 0xffffffff), "signal-init"}, // kill(-1) from a register zero-extended (busybox sh)
+		{withArg(sys("kill", 0), 0x1_0000_0001), "signal-init"},
 		{withArg(sys("kill", 0), 37), ""},
 		{withArg(sys("socket", -1), 30), "socket-refused"},
 		{withArg(sys("socket", -97), 30), ""}, // EAFNOSUPPORT: no such family here

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,19 +55,29 @@ const (
 // gradeCmd runs the grader with its report where the grading expects it.
 var gradeCmd = []string{"sh", "/workspace/tests/run.sh", "/tmp/dsec-grade/junit.xml"}
 
-// importGradeTests uploads gradeTests as the layer tests/adder:v1.
+// gradeDeclared is the tests layer's declaration of gradeTests' tests
+// (as the runner's report names them).
+const gradeDeclared = `{"tests": [{"classname": "tests", "name": "test_add"}, {"classname": "tests", "name": "test_neg"}]}`
+
+// importGradeTests uploads gradeTests, with their declaration, as the
+// layer tests/adder:v1.
 func importGradeTests(t testing.TB, c *client.Client) {
 	t.Helper()
-	importTestsLayer(t, c, "tests/adder:v1", gradeTests)
+	files := maps.Clone(gradeTests)
+	files["/.dsec/tests.json"] = gradeDeclared
+	importTestsLayer(t, c, "tests/adder:v1", files)
 }
 
-// importTestsLayer uploads files (paths relative to /workspace) as the
-// layer name.
+// importTestsLayer uploads files (paths relative to /workspace, or
+// absolute) as the layer name.
 func importTestsLayer(t testing.TB, c *client.Client, name string, files map[string]string) {
 	t.Helper()
 	src := t.TempDir()
 	for name, body := range files {
 		p := filepath.Join(src, "workspace", name)
+		if strings.HasPrefix(name, "/") {
+			p = filepath.Join(src, name)
+		}
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
@@ -148,6 +159,12 @@ func TestSealedGrading(t *testing.T) {
 		if res.Verdict != api.VerdictPassed || res.Tests != 2 || res.Passed != 2 || res.ExitCode != 0 {
 			t.Errorf("an honest solution: %+v", res)
 		}
+		// The control of the host's checks: the run was audited, the
+		// grader's own write of its report hit no rule that counts, and
+		// the report names the declared tests.
+		if !res.Audited || len(res.GraderRules) != 0 || res.DeclaredTests != 2 {
+			t.Errorf("an honest run's audit: audited %v, rules %+v, declared %d", res.Audited, res.GraderRules, res.DeclaredTests)
+		}
 		if res.Carried != 1 || !discarded(res, "/workspace/tests (sealed)") {
 			t.Errorf("carried %d, discarded %v", res.Carried, res.Discarded)
 		}
@@ -225,6 +242,57 @@ func TestSealedGrading(t *testing.T) {
 		res := grade(t, id)
 		if res.Verdict != api.VerdictFailed || res.Failed != 2 || !discarded(res, "/workspace/junit.xml (protected)") {
 			t.Errorf("fake results: %+v", res)
+		}
+	})
+	// Forged reports. The solution's code runs inside the grader (it is
+	// sourced, as pytest imports it), so it can write a passing report
+	// where the grader will write its own; each forgery then keeps the
+	// grader from overwriting it another way. Each fools the same grader
+	// run in the agent's sandbox (the negative control).
+	fake := func(names ...string) string {
+		var cases string
+		for _, n := range names {
+			cases += `<testcase classname="tests" name="` + n + `"/>`
+		}
+		return `<testsuites><testsuite>` + cases + `</testsuite></testsuites>`
+	}
+	forged := func(t *testing.T, forge string) (*api.GradeResult, string) {
+		t.Helper()
+		id := agent(t, wrongSolution+forge+"\n", "")
+		if _, report := inPlace(t, id); !strings.Contains(report, "test_neg") || strings.Contains(report, "failure") {
+			t.Fatalf("negative control: the forged report stands in place: %s", report)
+		}
+		return grade(t, id), id
+	}
+	t.Run("forged_report_and_kill_all", func(t *testing.T) {
+		// kill(-1) spares its caller, so a child kills every process of
+		// the sandbox, the grader with it.
+		res, _ := forged(t, `mkdir -p /tmp/dsec-grade && echo '`+fake("test_add", "test_neg")+`' > /tmp/dsec-grade/junit.xml && sh -c 'kill -9 -1'`)
+		if res.Verdict != api.VerdictError || !strings.Contains(res.Reason, "did not exit: killed") || res.ExitCode != -1 {
+			t.Errorf("a forged report and kill(-1): %+v", res)
+		}
+		if !slices.ContainsFunc(res.GraderRules, func(r api.RuleCount) bool { return r.Rule == "signal-init" }) {
+			t.Errorf("the grading sandbox's kill(-1) is not among its rule hits: %+v", res)
+			evs, _ := c.AuditEvents(ctx, res.Grader, 0, 1000)
+			for _, e := range evs {
+				t.Logf("the grading sandbox's event: %s %s %s %q→%q pid=%d %s %v rule=%s ret=%d", e.Phase, e.Kind, e.Syscall, e.Path, e.Target, e.Pid, e.Comm, e.Argv, e.Rule, e.Result)
+			}
+		}
+	})
+	t.Run("forged_report_by_a_child", func(t *testing.T) {
+		// A child process writes the report and the grader exits 0
+		// before writing its own: only the writer betrays it.
+		res, _ := forged(t, `(mkdir -p /tmp/dsec-grade && echo '`+fake("test_add", "test_neg")+`' > /tmp/dsec-grade/junit.xml); exit 0`)
+		if res.Verdict != api.VerdictError || !strings.Contains(res.Reason, "written by a process other than the grader") || res.ExitCode != 0 {
+			t.Errorf("a report forged by a child: %+v", res)
+		}
+	})
+	t.Run("forged_report_with_made_up_tests", func(t *testing.T) {
+		// The grader's own process writes a report of tests that do not
+		// exist and exits 0: the tests layer declares other ones.
+		res, _ := forged(t, `mkdir -p /tmp/dsec-grade && echo '`+fake("test_add", "test_neg", "test_extra")+`' > /tmp/dsec-grade/junit.xml; exit 0`)
+		if res.Verdict != api.VerdictError || !strings.Contains(res.Reason, "does not declare: tests::test_extra") {
+			t.Errorf("a report of made-up tests: %+v", res)
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
