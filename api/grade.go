@@ -93,7 +93,7 @@ type GradeResult struct {
 	// verdict (false where the node's monitor does not watch its
 	// processes: the function and VM tiers, a node without the monitor);
 	// GraderRules are the rules it hit while the grader ran, the
-	// grader's own writes of the report aside.
+	// grader's own writes in the report's directory aside.
 	Audited     bool        `json:"audited"`
 	GraderRules []RuleCount `json:"grader_rules"`
 	// Test counts from the report.

@@ -2,6 +2,7 @@ package grading
 
 import (
 	"fmt"
+	"path"
 	"slices"
 
 	"github.com/dsec-dev/dsec/api"
@@ -26,7 +27,7 @@ type RunAudit struct {
 	// replaced or removed the report ("pid 123 (sh)").
 	Forgers []string
 	// Rules are the rules the run hit, counted, the reporter's own
-	// writes of the report aside.
+	// writes in the report's directory aside.
 	Rules []api.RuleCount
 }
 
@@ -50,15 +51,20 @@ func ReadRunAudit(evs []api.AuditEvent, report, reporter string) RunAudit {
 			allowed[e.Pid] = true
 		}
 	}
+	dir := path.Dir(report)
 	forgers := map[string]bool{}
 	byRule := map[string]*api.RuleCount{}
 	var order []string
 	for _, e := range evs {
-		if e.Kind == "syscall" && slices.Contains(writeCalls, e.Syscall) && (e.Path == report || e.Target == report) {
-			if !allowed[e.Pid] && e.Pid != 0 {
+		if e.Kind == "syscall" && slices.Contains(writeCalls, e.Syscall) {
+			switch {
+			case (e.Path == report || e.Target == report) && !allowed[e.Pid] && e.Pid != 0:
 				forgers[fmt.Sprintf("pid %d (%s)", e.Pid, e.Comm)] = true
-			} else if e.Result >= 0 {
-				continue // the reporter's own write: its rule (test-results) is expected
+			case allowed[e.Pid] && e.Result >= 0 && (Under(e.Path, dir) || e.Target != "" && Under(e.Target, dir)):
+				// The reporter's own writes in its report directory (the
+				// report, a temporary file renamed over it): the rule
+				// they hit (test-results) is expected.
+				continue
 			}
 		}
 		if e.Rule == "" {

@@ -121,6 +121,13 @@ func TestReadRunAudit(t *testing.T) {
 	if a.Reporter != 10 || len(a.Forgers) != 0 || len(a.Rules) != 0 {
 		t.Errorf("an honest run: %+v", a)
 	}
+	// A reporter that writes a temporary file and renames it over the
+	// report.
+	atomic := append(honest[:2:2], write(10, "openat", "/tmp/dsec-grade/junit.xml.tmp", "", "test-results"),
+		write(10, "renameat2", "/tmp/dsec-grade/junit.xml.tmp", report, "test-results"))
+	if a := ReadRunAudit(atomic, report, ""); len(a.Forgers) != 0 || len(a.Rules) != 0 {
+		t.Errorf("an honest run writing its report by rename: %+v", a)
+	}
 	for _, c := range []struct {
 		name    string
 		evs     []api.AuditEvent
@@ -129,6 +136,8 @@ func TestReadRunAudit(t *testing.T) {
 	}{
 		{"a child writes the report", append(honest, write(11, "openat", report, "", "test-results")), []string{"pid 11 (sh)"}, []string{"test-results"}},
 		{"a child renames over it", append(honest, write(11, "renameat2", "/tmp/x", report, "test-results")), []string{"pid 11 (sh)"}, []string{"test-results"}},
+		{"a child writes beside it", append(honest, write(11, "openat", "/tmp/dsec-grade/junit-2.xml", "", "test-results")), nil, []string{"test-results"}},
+		{"the grader writes a result file elsewhere", append(honest, write(10, "openat", "/tmp/junit.xml", "", "test-results")), nil, []string{"test-results"}},
 		{"a child removes it", append(honest, write(11, "unlinkat", report, "", "")), []string{"pid 11 (sh)"}, nil},
 		{"kill(-1)", append(honest, api.AuditEvent{Kind: "syscall", Syscall: "kill", Pid: 11, Rule: "signal-init"}), nil, []string{"signal-init"}},
 		{"a survivor killed", append(honest, api.AuditEvent{Kind: "phase-kill", Pid: 12, Rule: "phase-survivor"}), nil, []string{"phase-survivor"}},
