@@ -296,6 +296,7 @@ func TestSealedGrading(t *testing.T) {
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
+		importTestsLayer(t, c, "tests/baddecl:v1", map[string]string{"tests/run.sh": gradeRunner, "/.dsec/tests.json": `{"tests": [{"classname": "tests"}]}`})
 		id := agent(t, honestSolution, "")
 		sb, err := c.GetSandbox(ctx, id)
 		if err != nil {
@@ -315,6 +316,8 @@ func TestSealedGrading(t *testing.T) {
 			{api.GradeRequest{TestsLayer: "tests/adder:v1", Cmd: gradeCmd, Carry: []string{"workspace"}}, "invalid_grade"},
 			{api.GradeRequest{TestsLayer: "tests/none:v1", Cmd: gradeCmd}, "layer_not_found"},
 			{api.GradeRequest{TestsLayer: img.Layers[0].ID, Cmd: gradeCmd}, "tests_layer_seen"},
+			{api.GradeRequest{TestsLayer: "tests/adder:v1", Cmd: gradeCmd, Reporter: "go-junit-report"}, "invalid_grade"},
+			{api.GradeRequest{TestsLayer: "tests/baddecl:v1", Cmd: gradeCmd}, "invalid_declared_tests"},
 		} {
 			_, err := c.Grade(ctx, id, bad.req)
 			var ce *client.Error
