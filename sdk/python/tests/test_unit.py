@@ -227,6 +227,14 @@ def test_grade_call() -> None:
         next(_ops.grade("sb-1", "", "pytest", request_timeout=30))
 
 
+def test_audit_event_target() -> None:
+    e = libdsec.AuditEvent.from_json({"sandbox": "sb-1", "kind": "syscall", "syscall": "rename",
+                                      "path": "/w/sedAb12", "target": "/w/x_test.go", "verdict": "allowed",
+                                      "severity": "high", "rule": "test-tampering"})
+    assert (e.path, e.target, e.rule) == ("/w/sedAb12", "/w/x_test.go", "test-tampering")
+    assert libdsec.AuditEvent.from_json({"kind": "exec"}).target == ""
+
+
 def test_exec_request_timeout() -> None:
     assert _ops.exec_request_timeout(10, None, 30) == 40
     assert _ops.exec_request_timeout(None, None, 30) == 90  # server default 60 s + margin
