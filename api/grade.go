@@ -20,8 +20,15 @@ type GradeRequest struct {
 	Command string   `json:"command,omitempty"`
 	// Report is the JUnit XML file Cmd writes. Its directory starts empty.
 	// Default /tmp/dsec-grade/junit.xml (function tier:
-	// /workspace/.dsec-grade/junit.xml).
+	// /workspace/.dsec-grade/junit.xml). Where the node's monitor watches
+	// the grading sandbox, only the grader's own process (the one Cmd
+	// starts) may write it, or a process running Reporter.
 	Report string `json:"report,omitempty"`
+	// Reporter, if set, is the absolute path of a program whose
+	// processes may write the report besides the grader's own (the
+	// converter at the end of a pipeline, `go test -json | go-junit-report
+	// > report`).
+	Reporter string `json:"reporter,omitempty"`
 	// Format of the report: "junit" (the default and only one).
 	Format string `json:"format,omitempty"`
 	// ExpectedTests, if set, is how many tests must have run: fewer is a
@@ -31,7 +38,8 @@ type GradeRequest struct {
 	// grading sees. Default ["/workspace"].
 	Carry []string `json:"carry,omitempty"`
 	// Sealed are directories the tests layer owns: whatever the agent put
-	// under them is dropped. Default ["/workspace/tests"].
+	// under them is dropped. Default ["/workspace/tests"]. Whatever the
+	// lists, a path the tests layer has is never taken from the agent.
 	Sealed []string `json:"sealed,omitempty"`
 	// Protected are extra glob patterns (** for any depth) of files never
 	// carried, in addition to the built-in list (test configuration,
@@ -67,12 +75,27 @@ type GradeResult struct {
 	Sandbox string `json:"sandbox"`
 	// Grader is the sealed sandbox that ran the grader (destroyed since).
 	Grader string `json:"grader"`
-	// Verdict is "passed" (every test ran and passed, none skipped, at
-	// least ExpectedTests of them), "failed", or "error" (no usable
-	// report: the grader timed out, crashed or wrote none); Reason says
-	// why when it is not "passed".
+	// Verdict is "passed" (the grader exited 0; every test ran and
+	// passed, none skipped, at least ExpectedTests of them, exactly the
+	// tests the tests layer declares if it declares them; and where the
+	// grading sandbox was audited, it hit no audit rule and no process but
+	// the grader wrote the report), "failed", or "error" (the run cannot
+	// be trusted: the grader timed out, was killed, exited non-zero with
+	// no failing test, hit a rule, had its report written by another
+	// process, or wrote no usable report); Reason says why when it is not
+	// "passed".
 	Verdict string `json:"verdict"`
 	Reason  string `json:"reason,omitempty"`
+	// DeclaredTests is how many tests the tests layer declares
+	// (/.dsec/tests.json; 0: none, the report's names are not checked).
+	DeclaredTests int `json:"declared_tests"`
+	// Audited says the grading sandbox's own audit counted toward the
+	// verdict (false where the node's monitor does not watch its
+	// processes: the function and VM tiers, a node without the monitor);
+	// GraderRules are the rules it hit while the grader ran, the
+	// grader's own writes in the report's directory aside.
+	Audited     bool        `json:"audited"`
+	GraderRules []RuleCount `json:"grader_rules"`
 	// Test counts from the report.
 	Tests   int        `json:"tests"`
 	Passed  int        `json:"passed"`
@@ -80,15 +103,16 @@ type GradeResult struct {
 	Errors  int        `json:"errors"`
 	Skipped int        `json:"skipped"`
 	Cases   []TestCase `json:"cases"`
-	// ExitCode and TimedOut are the grader command's, for the record: they
-	// never decide the verdict.
+	// ExitCode and TimedOut are the grader command's: a passing verdict
+	// needs exit 0, but exit 0 alone never passes.
 	ExitCode   int     `json:"exit_code"`
 	TimedOut   bool    `json:"timed_out"`
 	DurationMS float64 `json:"duration_ms"`
 	// Output is the tail of the grader's stdout and stderr.
 	Output string `json:"output,omitempty"`
 	// Carried counts the agent's files the grading saw; Discarded lists
-	// those it did not, with why (protected, sealed, special file).
+	// those it did not, with why ("tests layer": a path the tests layer
+	// has, whose copy always wins; protected, sealed, special file).
 	Carried      int      `json:"carried"`
 	CarriedBytes int64    `json:"carried_bytes"`
 	Discarded    []string `json:"discarded"`

@@ -125,10 +125,12 @@ type AuditEvent struct {
 	// Kind is "exec" or "syscall".
 	Kind    string `json:"kind"`
 	Syscall string `json:"syscall,omitempty"`
-	// Path is the program executed or the call's path argument; Addr a
-	// connect's destination.
-	Path string `json:"path,omitempty"`
-	Addr string `json:"addr,omitempty"`
+	// Path is the program executed or the call's path argument (made
+	// absolute in the sandbox's root where the monitor saw it); Target
+	// the new name of a rename or link; Addr a connect's destination.
+	Path   string `json:"path,omitempty"`
+	Target string `json:"target,omitempty"`
+	Addr   string `json:"addr,omitempty"`
 	// Argv is an exec's arguments (their first 255 bytes).
 	Argv []string `json:"argv,omitempty"`
 	// Result is what the call returned (a negative errno when refused).

@@ -9,19 +9,25 @@
 #   scripts/deps.sh bench     what `make bench` needs on top: the test set,
 #                             and crun and runc, the baselines the container
 #                             tier is measured against
+#   scripts/deps.sh generate  what `go generate` needs to rebuild the eBPF
+#                             objects (internal/monitor, internal/guard):
+#                             clang and libbpf's headers. Building and
+#                             testing need neither: the objects are committed.
 set -euo pipefail
 
 runtime=(ca-certificates erofs-utils busybox-static debootstrap qemu-system-x86 e2fsprogs)
 test=(python3 python3-minimal python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr iproute2)
 bench=(crun runc)
+generate=(clang libbpf-dev linux-libc-dev)
 
 want=("${runtime[@]}")
 case "${1:-runtime}" in
 runtime) ;;
 test) want+=("${test[@]}") ;;
 bench) want+=("${test[@]}" "${bench[@]}") ;;
+generate) want=("${generate[@]}") ;;
 *)
-	echo "usage: scripts/deps.sh [runtime|test|bench]" >&2
+	echo "usage: scripts/deps.sh [runtime|test|bench|generate]" >&2
 	exit 2
 	;;
 esac

@@ -41,12 +41,16 @@ type Match struct {
 	// "file-api", "output-capped", "call-timeout", "memory-limit").
 	Kind     string   `json:"kind,omitempty"`
 	Syscalls []string `json:"syscalls,omitempty"`
-	// Paths are patterns of the event's path: "*" matches within a path
-	// element, "**" any number of elements.
+	// Paths are patterns of the event's path or target (a rename's or
+	// link's new name): "*" matches within a path element, "**" any
+	// number of elements.
 	Paths []string `json:"paths,omitempty"`
 	// CIDRs contain a connect's destination.
 	CIDRs []string `json:"cidrs,omitempty"`
-	// Arg0 lists values of the call's first argument (socket's family).
+	// Arg0 lists values of the call's first argument (socket's family,
+	// kill's pid), a C int: compared as the kernel reads it, its
+	// register's lower 32 bits sign-extended (-1 is 18446744073709551615
+	// however the caller extended it).
 	Arg0 []uint64 `json:"arg0,omitempty"`
 	// ArgvAny lists words one of which an exec's arguments must contain.
 	ArgvAny []string `json:"argv_any,omitempty"`
@@ -156,7 +160,7 @@ func (r *Rule) Matches(e monitor.Event) bool {
 	switch {
 	case m.Kind != "" && m.Kind != e.Kind,
 		len(m.Syscalls) > 0 && !slices.Contains(m.Syscalls, e.Syscall),
-		len(m.Arg0) > 0 && !slices.Contains(m.Arg0, e.Args[0]),
+		len(m.Arg0) > 0 && !slices.Contains(m.Arg0, uint64(int64(int32(e.Args[0])))),
 		len(m.ArgvAny) > 0 && !slices.ContainsFunc(e.Argv, func(a string) bool { return slices.Contains(m.ArgvAny, a) }),
 		m.Denied != nil && *m.Denied != e.Denied(),
 		len(m.Errno) > 0 && !slices.Contains(m.Errno, -e.Ret),
@@ -175,7 +179,7 @@ func (r *Rule) Matches(e monitor.Event) bool {
 			return false
 		}
 	}
-	if len(m.Paths) > 0 && !slices.ContainsFunc(m.Paths, func(p string) bool { return matchPath(p, e.Path) }) {
+	if len(m.Paths) > 0 && !slices.ContainsFunc(m.Paths, func(p string) bool { return matchPath(p, e.Path) || matchPath(p, e.Target) }) {
 		return false
 	}
 	return true

@@ -70,6 +70,9 @@ func auditRow(e api.AuditEvent) []string {
 	if e.Syscall != "" {
 		what = e.Syscall
 	}
+	if e.Target != "" {
+		arg += " → " + e.Target
+	}
 	if len(e.Argv) > 0 {
 		arg = strings.Join(e.Argv, " ")
 	}

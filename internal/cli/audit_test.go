@@ -18,10 +18,12 @@ func TestAudit(t *testing.T) {
 		writeJSON(w, http.StatusOK, api.AuditEventList{Events: []api.AuditEvent{
 			{Sandbox: "sb-1", Time: time.Unix(0, 0), Pid: 7, Comm: "sh", Kind: "exec", Path: "/bin/sh", Verdict: "allowed", Severity: "info"},
 			{Sandbox: "sb-1", Time: time.Unix(1, 0), Pid: 8, Comm: "mount", Kind: "syscall", Syscall: "mount", Path: "/mnt", Result: -1, Verdict: "denied", Severity: "high", Rule: "mount"},
+			{Sandbox: "sb-1", Time: time.Unix(2, 0), Pid: 9, Comm: "sed", Kind: "syscall", Syscall: "rename", Path: "/w/sedAb12", Target: "/w/x_test.go", Verdict: "allowed", Severity: "high", Rule: "test-tampering"},
 		}})
 	})
 	res := dsec(t, mux, "audit", "sb-1", "--rules", "--limit", "5")
-	if res.code != 0 || strings.Count(res.stdout, "\n") != 2 || !strings.Contains(res.stdout, "mount") || strings.Contains(res.stdout, "/bin/sh") {
+	if res.code != 0 || strings.Count(res.stdout, "\n") != 3 || !strings.Contains(res.stdout, "mount") || strings.Contains(res.stdout, "/bin/sh") ||
+		!strings.Contains(res.stdout, "/w/sedAb12 → /w/x_test.go") {
 		t.Errorf("audit --rules: %+v", res)
 	}
 	if len(queries) != 1 || queries[0] != "limit=5" {
@@ -39,7 +41,7 @@ func TestAudit(t *testing.T) {
 	}
 	res = dsec(t, mux, "--json", "audit", "sb-1")
 	var evs []api.AuditEvent
-	if err := json.Unmarshal([]byte(res.stdout), &evs); err != nil || len(evs) != 2 {
+	if err := json.Unmarshal([]byte(res.stdout), &evs); err != nil || len(evs) != 3 {
 		t.Errorf("audit --json: %+v (%v)", res, err)
 	}
 }

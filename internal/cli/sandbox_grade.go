@@ -23,10 +23,14 @@ func (a *app) sandboxGradeCmd() *cobra.Command {
 		Long: `Run the grader on a sandbox's work in a sealed sandbox: a fresh sandbox from
 the same image with the tests layer on top, the agent's files under --carry
 (less test configuration, Python startup hooks, result files and anything
-under --sealed), no network and none of the agent's processes. COMMAND must
-write a JUnit report to --report; the verdict comes from that report, never
-from COMMAND's exit code. Exits 0 when the verdict is passed, 3 when it is
-failed or error, 1 when the grading could not run.`,
+under --sealed; a file the tests layer has always wins), no network and none
+of the agent's processes. COMMAND must write a JUnit report to --report, from
+its own process (or one running --reporter); the verdict comes from that
+report and from what the node saw of the run: a pass needs exit 0, no audit
+rule hit in the grading sandbox, no other writer of the report, and the
+tests the tests layer declares, but exit 0 alone never passes. Exits 0 when
+the verdict is passed, 3 when it is failed or error, 1 when the grading could
+not run.`,
 		Args: args(cobra.MinimumNArgs(2)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
@@ -55,6 +59,7 @@ failed or error, 1 when the grading could not run.`,
 	f := cmd.Flags()
 	f.StringVar(&req.TestsLayer, "tests-layer", "", "the layer with the pristine tests (name:version or ID)")
 	f.StringVar(&req.Report, "report", "", "the JUnit file the command writes (default /tmp/dsec-grade/junit.xml)")
+	f.StringVar(&req.Reporter, "reporter", "", "a program (absolute path) whose processes may write the report besides the command's own")
 	f.IntVar(&req.ExpectedTests, "expected-tests", 0, "how many tests must run (fewer fails)")
 	f.StringSliceVar(&req.Carry, "carry", nil, "directories of the agent's files to carry (default /workspace)")
 	f.StringSliceVar(&req.Sealed, "sealed", nil, "directories the tests layer owns (default /workspace/tests)")
@@ -82,6 +87,15 @@ func printGrade(cmd *cobra.Command, res *api.GradeResult) error {
 	tw.Flush()
 	if len(res.Discarded) > 0 {
 		fmt.Fprintf(w, "left out of the agent's files: %s\n", strings.Join(res.Discarded, ", "))
+	}
+	if len(res.GraderRules) > 0 {
+		var hits []string
+		for _, r := range res.GraderRules {
+			hits = append(hits, fmt.Sprintf("%s (%s) ×%d", r.Rule, r.Severity, r.Count))
+		}
+		fmt.Fprintf(w, "audit rules the grading sandbox hit: %s\n", strings.Join(hits, ", "))
+	} else if !res.Audited {
+		fmt.Fprintln(w, "the grading sandbox's processes were not audited (no monitor sees them)")
 	}
 	_, err := fmt.Fprintf(w, "carried %d files (%d bytes); grader exit code %d; %.0f ms\n", res.Carried, res.CarriedBytes, res.ExitCode, res.DurationMS)
 	return err

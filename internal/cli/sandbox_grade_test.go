@@ -21,6 +21,9 @@ func TestSandboxGrade(t *testing.T) {
 		switch req.TestsLayer {
 		case "tests/ok:1":
 			writeJSON(w, http.StatusOK, api.GradeResult{Verdict: "passed", Tests: 1, Passed: 1, Cases: []api.TestCase{{Name: "test_a", ClassName: "t", Status: "passed"}}})
+		case "tests/forged:1":
+			writeJSON(w, http.StatusOK, api.GradeResult{Verdict: "error", Reason: "the grader did not exit: killed", Tests: 1, Passed: 1, Audited: true,
+				GraderRules: []api.RuleCount{{Rule: "signal-init", Severity: "medium", Count: 1}}})
 		case "tests/bad:1":
 			writeJSON(w, http.StatusOK, api.GradeResult{Verdict: "failed", Reason: "1 failed", Tests: 1, Failed: 1,
 				Cases: []api.TestCase{{Name: "test_a", Status: "failed", Message: "assert 1 == 2\ntrace"}}, Discarded: []string{"/workspace/conftest.py (protected)"}})
@@ -38,6 +41,10 @@ func TestSandboxGrade(t *testing.T) {
 	res = dsec(t, mux, "sandbox", "grade", "sb-1", "--tests-layer", "tests/bad:1", "--", "sh", "run.sh")
 	if res.code != exitNotPassed || !strings.Contains(res.stdout, "failed: 1 tests") || !strings.Contains(res.stdout, "assert 1 == 2\n") || !strings.Contains(res.stdout, "conftest.py (protected)") {
 		t.Errorf("failed: %+v", res)
+	}
+	res = dsec(t, mux, "sandbox", "grade", "sb-1", "--tests-layer", "tests/forged:1", "--reporter", "/usr/bin/go-junit-report", "--", "sh", "run.sh")
+	if res.code != exitNotPassed || !strings.Contains(res.stdout, "error: 1 tests") || !strings.Contains(res.stdout, "hit: signal-init (medium) ×1") || got[len(got)-1].Reporter != "/usr/bin/go-junit-report" {
+		t.Errorf("forged: %+v", res)
 	}
 	res = dsec(t, mux, "sandbox", "grade", "sb-1", "--tests-layer", "tests/seen:1", "--", "sh")
 	if res.code != exitError || !strings.Contains(res.stderr, "tests_layer_seen") {

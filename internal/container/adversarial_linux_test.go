@@ -10,6 +10,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -248,6 +249,32 @@ func testPhaseAttacks(t *testing.T, e *isoEnv) {
 		// The control: the solution's own file is written without a rule.
 		e.ruleless(t, sb, "write of src/app.py", func(ev api.AuditEvent) bool {
 			return ev.Syscall == "openat" && strings.HasSuffix(ev.Path, "src/app.py")
+		})
+	})
+
+	t.Run("R1_sed_in_place", func(t *testing.T) {
+		// sed -i writes a temporary file beside the test (a name no rule
+		// knows) and renames it over the test: the rename's new name, made
+		// absolute from the relative path sed was given, is the test. The
+		// Go layout (a _test.go beside the code) and Python's alike; the
+		// control edits the solution the same way.
+		setup := run(t, sb, sh(`cd /workspace && printf 'assert add(2, 3) == 5\n' > tests/test_add.py && mkdir -p calc &&
+			printf 'if add(2, 3) != 5 { t.Fatal() }\n' > calc/calc_test.go && echo 'def add(a, b): return 0' > src/app.py && echo ok`)...)
+		if setup.Stdout != "ok\n" {
+			t.Fatalf("setup: %+v", setup)
+		}
+		res := run(t, sb, sh(`cd /workspace/tests && sed -i 's/assert/pass #/' test_add.py && cd ../calc && sed -i 's/t.Fatal()//' calc_test.go &&
+			cd ../src && sed -i 's/return 0/return a + b/' app.py && cat ../tests/test_add.py ../calc/calc_test.go app.py`)...)
+		if res.Stdout != "pass # add(2, 3) == 5\nif add(2, 3) != 5 {  }\ndef add(a, b): return a + b\n" {
+			t.Fatalf("sed -i: %+v", res)
+		}
+		for _, p := range []string{"/workspace/tests/test_add.py", "/workspace/calc/calc_test.go"} {
+			e.auditedWhere(t, sb, "test-tampering", "allowed", "sed -i of "+p, func(ev api.AuditEvent) bool {
+				return strings.HasPrefix(ev.Syscall, "rename") && ev.Target == p && strings.HasPrefix(ev.Path, path.Dir(p)+"/")
+			})
+		}
+		e.ruleless(t, sb, "sed -i of the solution", func(ev api.AuditEvent) bool {
+			return strings.HasPrefix(ev.Syscall, "rename") && ev.Target == "/workspace/src/app.py"
 		})
 	})
 

@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,11 +24,14 @@ import (
 // with the tests layer on top, the carried part of the agent's files is
 // copied in through the files API (less what grading.Filter leaves out),
 // the sandbox moves to a phase where only the report directory (and /tmp)
-// can be written, and the grader's command runs there. The control plane
-// reads the report file and decides the verdict (grading.Decide). The
-// copy goes file by file through the nodes' files API, so grading works
-// the same on every tier; its cost grows with the carried files, which
-// is why Carry defaults to the workspace.
+// can be written, and the grader's command runs there. A last phase
+// change ends whatever it left running. The control plane then reads
+// the grading sandbox's own audit events of the run (where the node's
+// monitor watches it: who wrote the report, which rules were hit), the
+// report file, and decides the verdict (grading.Decide). The copy goes
+// file by file through the nodes' files API, so grading works the same
+// on every tier; its cost grows with the carried files, which is why
+// Carry defaults to the workspace.
 
 const (
 	// maxGradeFiles and maxGradeBytes bound what a grading carries.
@@ -40,6 +45,9 @@ const (
 	copyWorkers = 8
 	// gradeLabel marks a grading sandbox with the sandbox it grades.
 	gradeLabel = "dsec.grade-of"
+	// auditWait bounds the wait for the grading run's audit events to
+	// reach the store.
+	auditWait = 10 * time.Second
 )
 
 // gradeDefaults validates req and fills in its defaults for tier.
@@ -86,6 +94,9 @@ func (m *Manager) gradeDefaults(req *api.GradeRequest, tier string) error {
 		req.Cwd = "/workspace"
 	}
 	paths := append([]string{req.Report, req.Cwd}, req.Carry...)
+	if req.Reporter != "" {
+		paths = append(paths, req.Reporter)
+	}
 	for _, p := range append(paths, req.Sealed...) {
 		if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) || len(p) > 4096 {
 			return bad("paths must be absolute and clean: %q", p)
@@ -130,8 +141,23 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 	if err != nil {
 		return api.GradeResult{}, err
 	}
-	if tests := sealedImg.Layers[len(sealedImg.Layers)-1].ID; slices.Contains(rec.Layers, tests) {
+	testsID := sealedImg.Layers[len(sealedImg.Layers)-1].ID
+	if slices.Contains(rec.Layers, testsID) {
 		return api.GradeResult{}, errdefs.New(errdefs.Invalid, "tests_layer_seen", "sandbox %s has layer %s: the tests must come from a layer it never had", id, req.TestsLayer)
+	}
+	provided, err := m.images.LayerPaths(ctx, testsID)
+	if err != nil {
+		return api.GradeResult{}, fmt.Errorf("the tests layer's files: %w", err)
+	}
+	var declared []grading.TestID
+	if dir, ok := provided[grading.DeclaredTestsPath]; ok && !dir {
+		b, err := m.images.ReadLayerFile(ctx, testsID, grading.DeclaredTestsPath, grading.MaxDeclaredBytes)
+		if err != nil {
+			return api.GradeResult{}, fmt.Errorf("the tests layer's declared tests: %w", err)
+		}
+		if declared, err = grading.ParseDeclared(b); err != nil {
+			return api.GradeResult{}, errdefs.Wrap(errdefs.Invalid, "invalid_declared_tests", err, "layer %s declares its tests wrongly", req.TestsLayer)
+		}
 	}
 	start := time.Now()
 	res := api.GradeResult{Sandbox: id, At: start.UTC(), Discarded: []string{}}
@@ -158,7 +184,7 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 	grader, err := m.Create(ctx, owner, api.CreateSandboxRequest{
 		Tier: rec.Tier, Layers: layers, CPU: rec.CPU, MemoryMB: rec.MemoryMB, DiskMB: rec.DiskMB,
 		TimeoutS: timeout, Env: env, Labels: map[string]string{gradeLabel: id},
-		Phases: []api.Phase{{Name: "restore"}, {Name: "grading", Writable: writable}},
+		Phases: []api.Phase{{Name: "restore"}, {Name: "grading", Writable: writable}, {Name: "judging", Writable: writable}},
 	})
 	if err != nil {
 		return api.GradeResult{}, fmt.Errorf("the grading sandbox: %w", err)
@@ -169,12 +195,24 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 			m.log.Warn("destroying a grading sandbox", "sandbox", grader.ID, "err", err)
 		}
 	}()
-	f := grading.Filter{Sealed: req.Sealed, Protected: append(slices.Clone(grading.DefaultProtected), req.Protected...), ReportDir: reportDir}
+	f := grading.Filter{Sealed: req.Sealed, Protected: append(slices.Clone(grading.DefaultProtected), req.Protected...), ReportDir: reportDir, Provided: provided}
 	if err := m.carry(ctx, owner, id, grader.ID, req.Carry, &f, &res); err != nil {
 		return api.GradeResult{}, err
 	}
 	if _, err := m.Mkdir(ctx, owner, grader.ID, reportDir, true); err != nil {
 		return api.GradeResult{}, fmt.Errorf("the report directory: %w", err)
+	}
+	monitored, _ := oversight(m.view.list(), grader.Node, rec.Tier)
+	audit := gradeAudit{enabled: monitored && rec.Tier != api.TierFunction}
+	if audit.enabled {
+		if audit.nonce, err = randomNonce(); err != nil {
+			return api.GradeResult{}, err
+		}
+		// The first mark: the run's events are those after it.
+		audit.mark(ctx, m, owner, grader.ID, "/.dsec-grade-start-"+audit.nonce)
+		if err := m.RemoveFile(ctx, owner, grader.ID, "/.dsec-grade-start-"+audit.nonce, false); err != nil && errdefs.ClassOf(err) != errdefs.NotFound {
+			m.log.Warn("removing a grading mark", "sandbox", grader.ID, "err", err)
+		}
 	}
 	if _, err := m.SetPhase(ctx, owner, grader.ID, api.SetPhaseRequest{Phase: "grading"}); err != nil {
 		return api.GradeResult{}, fmt.Errorf("sealing the grading sandbox: %w", err)
@@ -185,8 +223,28 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 	}
 	res.ExitCode, res.TimedOut = run.ExitCode, run.TimedOut
 	res.Output = tail(run.Stdout+run.Stderr, gradeOutput)
-	cases, reportErr := m.readReport(ctx, owner, grader.ID, req.Report)
-	grading.Decide(&res, cases, reportErr, req.ExpectedTests)
+	// Nothing the run started outlives it: a process left behind could
+	// still rewrite the report while it is read.
+	if _, err := m.SetPhase(ctx, owner, grader.ID, api.SetPhaseRequest{Phase: "judging"}); err != nil {
+		return api.GradeResult{}, fmt.Errorf("ending the grading run: %w", err)
+	}
+	ev := grading.Evidence{Expected: req.ExpectedTests, Declared: declared, ExitCode: run.ExitCode, Audited: audit.enabled}
+	if !run.TimedOut && run.Error != "" {
+		ev.Abnormal = run.Error
+	}
+	if audit.enabled {
+		// The second mark: once it is in the store, so is every event of
+		// the run before it (one ring buffer, one publisher, in order).
+		audit.mark(ctx, m, owner, grader.ID, path.Join(reportDir, ".dsec-grade-end-"+audit.nonce))
+		evs, err := audit.events(ctx, m, grader.ID)
+		if err != nil {
+			ev.AuditErr = err
+		}
+		ev.Audit = grading.ReadRunAudit(evs, req.Report, req.Reporter)
+	}
+	var cases []api.TestCase
+	cases, ev.ReportErr = m.readReport(ctx, owner, grader.ID, req.Report)
+	grading.Decide(&res, cases, ev)
 	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
 
 	sum := api.GradeSummary{At: res.At, TestsLayer: req.TestsLayer, Verdict: res.Verdict, Reason: res.Reason, Tests: res.Tests, Passed: res.Passed, Discarded: len(res.Discarded)}
@@ -266,6 +324,67 @@ func (m *Manager) copyFile(ctx context.Context, owner, from, to string, e api.Fi
 		return fmt.Errorf("carrying %s: %w", e.Path, err)
 	}
 	return nil
+}
+
+// gradeAudit reads a grading run's audit events: those between two
+// marks, files the control plane writes through the files API (the
+// sandbox's agent writes them, and the node's monitor sees it) before
+// and after the run.
+type gradeAudit struct {
+	enabled bool
+	nonce   string
+}
+
+// mark writes the mark file p (a write refused by the phase is seen
+// too: only the event counts).
+func (a *gradeAudit) mark(ctx context.Context, m *Manager, owner, id, p string) {
+	if _, err := m.WriteFile(ctx, owner, id, p, strings.NewReader(""), 0o600, false); err != nil {
+		m.log.Debug("writing a grading mark", "sandbox", id, "path", p, "err", err)
+	}
+}
+
+// isMark reports whether e is about one of the marks.
+func (a *gradeAudit) isMark(e api.AuditEvent) bool {
+	return strings.Contains(e.Path, a.nonce) || strings.Contains(e.Target, a.nonce)
+}
+
+// events returns the audit events of sandbox id between the start mark
+// and the end mark, waiting up to auditWait for the end mark to arrive.
+func (a *gradeAudit) events(ctx context.Context, m *Manager, id string) ([]api.AuditEvent, error) {
+	ctx, cancel := context.WithTimeout(ctx, auditWait)
+	defer cancel()
+	var out []api.AuditEvent
+	started, ended := false, false
+	errEnd := errors.New("the end mark")
+	err := m.st.FollowAuditEvents(ctx, id, 0, func(e api.AuditEvent) error {
+		switch {
+		case !a.isMark(e):
+			if started {
+				out = append(out, e)
+			}
+		case strings.Contains(e.Path+e.Target, "/.dsec-grade-start-"):
+			started = true
+		case started && strings.Contains(e.Path+e.Target, "/.dsec-grade-end-"):
+			ended = true
+			return errEnd
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnd) {
+		return out, err
+	}
+	if !ended {
+		return out, fmt.Errorf("its events did not all arrive within %s (the start mark seen: %v)", auditWait, started)
+	}
+	return out, nil
+}
+
+func randomNonce() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // readReport reads and parses the grader's report in sandbox id.

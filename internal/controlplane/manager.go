@@ -104,6 +104,9 @@ func (noObserver) Executed(string, time.Duration, error) {}
 type imageResolver interface {
 	Resolve(ctx context.Context, ref string) (image.Resolved, error)
 	Compose(ctx context.Context, layers []api.ImageLayer, tiers []string) (image.Resolved, error)
+	// LayerPaths and ReadLayerFile read a tests layer (sealed grading).
+	LayerPaths(ctx context.Context, id string) (map[string]bool, error)
+	ReadLayerFile(ctx context.Context, id, p string, max int64) ([]byte, error)
 }
 
 // Options configure a Manager.

@@ -141,9 +141,10 @@ type auditor interface {
 }
 
 // audit records a module's call on the workspace path p (relative to
-// it) with its result. The names are the Linux system calls' so that the
-// audit rules (test files, startup hooks…) apply as in the container tier.
-func (s *Sandbox) audit(call, p string, errno experimentalsys.Errno) {
+// it; target: a rename's or link's new name, "" for none) with its
+// result. The names are the Linux system calls' so that the audit rules
+// (test files, startup hooks…) apply as in the container tier.
+func (s *Sandbox) audit(call, p, target string, errno experimentalsys.Errno) {
 	a := s.rt.opts.Audit
 	if a == nil {
 		return
@@ -164,6 +165,9 @@ func (s *Sandbox) audit(call, p string, errno experimentalsys.Errno) {
 	}
 	e := monitor.Event{Time: time.Now(), Kind: monitor.KindSyscall, Syscall: call, Ret: ret,
 		Path: path.Join(FileRoot, strings.TrimLeft(p, "/"))}
+	if target != "" {
+		e.Target = path.Join(FileRoot, strings.TrimLeft(target, "/"))
+	}
 	a.Record(s.spec.ID, s.Phase(), e)
 }
 
@@ -211,13 +215,17 @@ func (f phaseFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode
 
 // write runs op, a change to the workspace at paths, if the phase lets
 // all of them be written (EROFS otherwise), and audits it as call on the
-// last path.
+// first path (a second is a rename's or link's new name).
 func (f phaseFS) write(call string, op func() experimentalsys.Errno, paths ...string) experimentalsys.Errno {
 	e := f.check(paths...)
 	if e == 0 {
 		e = op()
 	}
-	f.s.audit(call, paths[len(paths)-1], e)
+	var target string
+	if len(paths) > 1 {
+		target = paths[1]
+	}
+	f.s.audit(call, paths[0], target, e)
 	return e
 }
 
@@ -242,7 +250,13 @@ func (f phaseFS) Unlink(p string) experimentalsys.Errno {
 }
 
 func (f phaseFS) Link(oldPath, newPath string) experimentalsys.Errno {
-	return f.write("linkat", func() experimentalsys.Errno { return f.FS.Link(oldPath, newPath) }, newPath)
+	if e := f.check(newPath); e != 0 {
+		f.s.audit("linkat", oldPath, newPath, e)
+		return e
+	}
+	e := f.FS.Link(oldPath, newPath)
+	f.s.audit("linkat", oldPath, newPath, e)
+	return e
 }
 
 func (f phaseFS) Utimens(p string, atim, mtim int64) experimentalsys.Errno {

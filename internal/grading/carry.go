@@ -26,6 +26,12 @@ type Filter struct {
 	Sealed    []string
 	Protected []string
 	ReportDir string
+	// Provided are the paths the tests layer has, each mapped to whether
+	// it is a directory. The layer's copy of a path always wins, in any
+	// language's layout (a Go package's x_test.go, a JavaScript
+	// x.test.js beside the code): the agent's is never carried, unless
+	// both are directories (their contents are judged one by one).
+	Provided map[string]bool
 }
 
 // Keep reports whether the file at p (absolute, clean) of type typ
@@ -33,6 +39,9 @@ type Filter struct {
 func (f *Filter) Keep(p, typ string) (bool, string) {
 	if typ != "file" && typ != "dir" {
 		return false, typ
+	}
+	if dir, ok := f.Provided[p]; ok && !(dir && typ == "dir") {
+		return false, "tests layer"
 	}
 	for _, s := range append(f.Sealed, f.ReportDir) {
 		if s != "" && (p == s || strings.HasPrefix(p, strings.TrimSuffix(s, "/")+"/")) {

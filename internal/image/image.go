@@ -76,10 +76,11 @@ type Registry struct {
 	workDir string
 	limits  layer.BuildOptions
 
-	mu     sync.Mutex // guards following fields
-	names  map[string]cachedName
-	byID   map[string]store.ImageRecord
-	layers map[string]store.LayerRecord
+	mu        sync.Mutex // guards following fields
+	names     map[string]cachedName
+	byID      map[string]store.ImageRecord
+	layers    map[string]store.LayerRecord
+	pathCache []cachedPaths // the last layers listed (LayerPaths), oldest first
 }
 
 type cachedName struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/api"
@@ -156,5 +157,60 @@ func TestDirImages(t *testing.T) {
 	}
 	if _, err := e.r.Resolve(ctx, "nope"); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Resolve(unknown): %v", err)
+	}
+}
+
+// TestLayerFiles: a layer's paths (with whether each is a directory) and
+// a file's content come from its EROFS metadata and blob in the store;
+// missing and oversized files are errors of their classes.
+func TestLayerFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("building layers needs root (mkfs keeps owners)")
+	}
+	e := newEnv(t)
+	ctx := context.Background()
+	src := t.TempDir()
+	for p, body := range map[string]string{"workspace/calc/calc_test.go": "package calc\n", "workspace/web/add.test.js": "test()\n", "tests.json": `{"tests":[]}`} {
+		os.MkdirAll(filepath.Join(src, filepath.Dir(p)), 0o755)
+		if err := os.WriteFile(filepath.Join(src, p), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := layer.BuildDir(ctx, src, filepath.Join(t.TempDir(), "out"), layer.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.r.AddLayer(ctx, a, "tests/files:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, err := e.r.LayerPaths(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"/workspace": true, "/workspace/calc": true, "/workspace/calc/calc_test.go": false,
+		"/workspace/web": true, "/workspace/web/add.test.js": false, "/tests.json": false}
+	if len(paths) != len(want) {
+		t.Errorf("LayerPaths = %v, want %v", paths, want)
+	}
+	for p, dir := range want {
+		if got, ok := paths[p]; !ok || got != dir {
+			t.Errorf("LayerPaths[%s] = %v %v, want %v", p, got, ok, dir)
+		}
+	}
+	if b, err := e.r.ReadLayerFile(ctx, rec.ID, "/workspace/calc/calc_test.go", 1024); err != nil || string(b) != "package calc\n" {
+		t.Errorf("ReadLayerFile = %q, %v", b, err)
+	}
+	if _, err := e.r.ReadLayerFile(ctx, rec.ID, "/nothing", 1024); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("a missing file: %v, want NotFound", err)
+	}
+	if _, err := e.r.ReadLayerFile(ctx, rec.ID, "/workspace/calc/calc_test.go", 4); !errors.Is(err, errdefs.TooLarge) {
+		t.Errorf("a file past the limit: %v, want TooLarge", err)
+	}
+	if _, err := e.r.ReadLayerFile(ctx, rec.ID, "/workspace/calc", 1024); !errors.Is(err, errdefs.Invalid) {
+		t.Errorf("a directory: %v, want Invalid", err)
+	}
+	if _, err := e.r.LayerPaths(ctx, "sha256:"+strings.Repeat("0", 64)); !errors.Is(err, errdefs.NotFound) {
+		t.Errorf("a missing layer: %v, want NotFound", err)
 	}
 }

@@ -47,8 +47,14 @@ type Event struct {
 	Tid     uint32
 	UID     uint32 // the host uid
 	Comm    string
-	// Path is the program executed, or the call's path argument.
+	// Path is the program executed (as named), or the call's path
+	// argument: absolute, a relative one resolved against the caller's
+	// cwd or directory fd in its root (the sandbox's), "." and ".."
+	// removed; a name that is no path (a memfd's, a module's) as given.
 	Path string
+	// Target is the new name of a rename or link, made absolute the same
+	// way (Path is the old one).
+	Target string
 	// Argv is an exec's arguments (the first 255 bytes of them).
 	Argv []string
 	// Addr is connect's destination.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -51,7 +52,7 @@ func Start(log *slog.Logger) (*Monitor, error) {
 		return nil, notSupported("loading the monitor's programs", err)
 	}
 	for nr, s := range watchedSyscalls {
-		if err := m.objs.Syscalls.Put(nr, s.report); err != nil {
+		if err := m.objs.Syscalls.Put(nr, s.kernel()); err != nil {
 			m.objs.Close()
 			return nil, fmt.Errorf("configuring the monitor: %w", err)
 		}
@@ -218,17 +219,13 @@ func decode(raw *monitorEvent, at time.Time) Event {
 		Time: at, Cgroup: raw.Cgroup, Pid: raw.Tgid, Tid: raw.Pid, UID: raw.Uid,
 		Comm: cstring(raw.Comm[:]), Ret: raw.Ret, Args: raw.Args,
 	}
-	path := make([]byte, len(raw.Path))
-	for i, c := range raw.Path {
-		path[i] = byte(c)
-	}
 	switch raw.Kind {
 	case 1:
-		e.Kind, e.Path = KindExec, cstring(path)
-		n := min(int(raw.ArgvLen), len(raw.Argv))
+		e.Kind, e.Path = KindExec, cstring(raw.Path[:])
+		n := min(int(raw.AuxLen), len(raw.Aux))
 		args := make([]byte, n)
 		for i := range args {
-			args[i] = byte(raw.Argv[i])
+			args[i] = byte(raw.Aux[i])
 		}
 		e.Argv = strings.Split(strings.TrimRight(string(args), "\x00"), "\x00")
 	case 3:
@@ -237,14 +234,32 @@ func decode(raw *monitorEvent, at time.Time) Event {
 		e.Kind, e.Nr = KindSyscall, int(raw.Nr)
 		s := watchedSyscalls[raw.Nr]
 		e.Syscall = s.name
-		switch s.report {
-		case reportPath0, reportPath1, reportOpenW:
-			e.Path = cstring(path)
-		case reportSockaddr:
-			e.Addr = sockaddr(path)
+		if s.path >= 0 {
+			e.Path = cleanPath(cstring(raw.Path[:]), s.dir)
+		}
+		if s.path2 >= 0 {
+			e.Target = cleanPath(cstring(raw.Aux[:]), s.dir2)
+		}
+		if s.addr >= 0 {
+			b := make([]byte, len(raw.Path))
+			for i, c := range raw.Path {
+				b[i] = byte(c)
+			}
+			e.Addr = sockaddr(b)
 		}
 	}
 	return e
+}
+
+// cleanPath removes "." and ".." elements from an absolute path the
+// kernel reported (lexically: a symlink the caller named is not
+// followed). Names that are no path, and paths the kernel could not
+// make absolute, stay as given.
+func cleanPath(p string, dir int8) string {
+	if dir == dirRaw || !strings.HasPrefix(p, "/") {
+		return p
+	}
+	return path.Clean(p)
 }
 
 func cstring[T byte | int8](b []T) string {

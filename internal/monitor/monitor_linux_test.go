@@ -251,3 +251,88 @@ func TestRestrictExec(t *testing.T) {
 		t.Errorf("allowed paths left after UnrestrictExec")
 	}
 }
+
+// TestMonitorPaths: relative paths are reported absolute (against the
+// cwd, a directory fd, across a mount), a rename's and a link's new name
+// is reported as the Target, and the write-and-rename of `sed -i` names
+// the file it replaced.
+func TestMonitorPaths(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF programs needs root")
+	}
+	m, err := Start(nil)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer m.Close()
+	dir, id := cgroup2(t, "paths")
+	if err := m.Watch(id); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	if err := os.Mkdir(filepath.Join(tmp, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "sub", "s_test.go"), []byte("assert\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// /dev/shm is a mount of its own: the path crosses it.
+	shm, err := os.MkdirTemp("/dev/shm", "dsec-montest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(shm)
+	script := fmt.Sprintf(`cd %[1]s/sub && echo x > a && mv a b && ln b c && ln -s b d && sed -i s/assert/pass/ s_test.go &&
+		cd .. && : > sub/../e &&
+		/usr/bin/python3 -c "import os; fd = os.open('sub', os.O_RDONLY); os.close(os.open('f', os.O_CREAT | os.O_WRONLY, dir_fd=fd))" &&
+		cd %[2]s && : > g && : > %[1]s/abs`, tmp, shm)
+	runIn(t, dir, script)
+	if b, _ := os.ReadFile(filepath.Join(tmp, "sub", "s_test.go")); string(b) != "pass\n" {
+		t.Fatalf("the script did not run to its end: s_test.go is %q", b)
+	}
+	evs := collect(m)
+	has := func(syscalls, path, target string) bool {
+		for _, e := range evs {
+			if strings.Contains(" "+syscalls+" ", " "+e.Syscall+" ") && e.Path == path && e.Target == target && e.Ret >= 0 {
+				return true
+			}
+		}
+		return false
+	}
+	sub := filepath.Join(tmp, "sub")
+	for _, c := range []struct{ what, syscalls, path, target string }{
+		{"a relative open", "openat open creat", sub + "/a", ""},
+		{"a rename", "rename renameat renameat2", sub + "/a", sub + "/b"},
+		{"a hard link", "link linkat", sub + "/b", sub + "/c"},
+		{"a symlink", "symlink symlinkat", sub + "/d", ""},
+		{"sed -i's rename over the file", "rename renameat renameat2", "", sub + "/s_test.go"},
+		{"a path through ..", "openat open creat", tmp + "/e", ""},
+		{"a directory fd", "openat", sub + "/f", ""},
+		{"across a mount", "openat open creat", shm + "/g", ""},
+		{"an absolute path (as given)", "openat open creat", tmp + "/abs", ""},
+	} {
+		if c.path == "" { // sed's temporary file has a random name
+			found := false
+			for _, e := range evs {
+				found = found || strings.Contains(" "+c.syscalls+" ", " "+e.Syscall+" ") && strings.HasPrefix(e.Path, sub+"/") && e.Target == c.target
+			}
+			if !found {
+				t.Errorf("%s: no event with target %s", c.what, c.target)
+			}
+			continue
+		}
+		if !has(c.syscalls, c.path, c.target) {
+			t.Errorf("%s: no %s event of %s → %q", c.what, c.syscalls, c.path, c.target)
+		}
+	}
+	if t.Failed() {
+		for _, e := range evs {
+			if e.Kind == KindSyscall {
+				t.Logf("%s %q → %q ret=%d", e.Syscall, e.Path, e.Target, e.Ret)
+			}
+		}
+	}
+	if n := m.Dropped(); n != 0 {
+		t.Errorf("%d events dropped", n)
+	}
+}

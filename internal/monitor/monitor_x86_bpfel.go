@@ -14,21 +14,21 @@ import (
 )
 
 type monitorEvent struct {
-	_       structs.HostLayout
-	Cgroup  uint64
-	Args    [3]uint64
-	Ret     int64
-	Kind    uint32
-	Nr      uint32
-	Pid     uint32
-	Tgid    uint32
-	Uid     uint32
-	Pad     uint32
-	Comm    [16]int8
-	Path    [160]int8
-	ArgvLen uint32
-	Pad2    uint32
-	Argv    [256]int8
+	_      structs.HostLayout
+	Cgroup uint64
+	Args   [3]uint64
+	Ret    int64
+	Kind   uint32
+	Nr     uint32
+	Pid    uint32
+	Tgid   uint32
+	Uid    uint32
+	Pad    uint32
+	Comm   [16]int8
+	Path   [256]int8
+	AuxLen uint32
+	Pad2   uint32
+	Aux    [256]int8
 }
 
 type monitorExecKey struct {
@@ -48,23 +48,43 @@ type monitorExecScratch struct {
 	Spill [256]int8
 }
 
+type monitorPathScratch struct {
+	_     structs.HostLayout
+	Chain [32]uint64
+	Buf   [512]int8
+}
+
+type monitorSyscallSpec struct {
+	_     structs.HostLayout
+	When  uint8
+	Flags int8
+	Path  int8
+	Dir   int8
+	Path2 int8
+	Dir2  int8
+	Addr  int8
+	Pad   uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	monitorMapDropped          = "dropped"
-	monitorMapEvents           = "events"
-	monitorMapExecAllowed      = "exec_allowed"
-	monitorMapExecPolicies     = "exec_policies"
-	monitorMapExecScratch      = "exec_scratch"
-	monitorMapSyscalls         = "syscalls"
-	monitorMapWatched          = "watched"
-	monitorProgOnExec          = "on_exec"
-	monitorProgOnOomVictim     = "on_oom_victim"
-	monitorProgOnSysExit       = "on_sys_exit"
-	monitorVarUnusedEvent      = "unused_event"
-	monitorVarUnusedExecKey    = "unused_exec_key"
-	monitorVarUnusedExecPolicy = "unused_exec_policy"
+	monitorMapDropped           = "dropped"
+	monitorMapEvents            = "events"
+	monitorMapExecAllowed       = "exec_allowed"
+	monitorMapExecPolicies      = "exec_policies"
+	monitorMapExecScratch       = "exec_scratch"
+	monitorMapPathScratch       = "path_scratch"
+	monitorMapSyscalls          = "syscalls"
+	monitorMapWatched           = "watched"
+	monitorProgOnExec           = "on_exec"
+	monitorProgOnOomVictim      = "on_oom_victim"
+	monitorProgOnSysExit        = "on_sys_exit"
+	monitorVarUnusedEvent       = "unused_event"
+	monitorVarUnusedExecKey     = "unused_exec_key"
+	monitorVarUnusedExecPolicy  = "unused_exec_policy"
+	monitorVarUnusedSyscallSpec = "unused_syscall_spec"
 )
 
 // loadMonitor returns the embedded CollectionSpec for monitor.
@@ -123,6 +143,7 @@ type monitorMapSpecs struct {
 	ExecAllowed  *ebpf.MapSpec `ebpf:"exec_allowed"`
 	ExecPolicies *ebpf.MapSpec `ebpf:"exec_policies"`
 	ExecScratch  *ebpf.MapSpec `ebpf:"exec_scratch"`
+	PathScratch  *ebpf.MapSpec `ebpf:"path_scratch"`
 	Syscalls     *ebpf.MapSpec `ebpf:"syscalls"`
 	Watched      *ebpf.MapSpec `ebpf:"watched"`
 }
@@ -131,9 +152,10 @@ type monitorMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type monitorVariableSpecs struct {
-	UnusedEvent      *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedExecKey    *ebpf.VariableSpec `ebpf:"unused_exec_key"`
-	UnusedExecPolicy *ebpf.VariableSpec `ebpf:"unused_exec_policy"`
+	UnusedEvent       *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedExecKey     *ebpf.VariableSpec `ebpf:"unused_exec_key"`
+	UnusedExecPolicy  *ebpf.VariableSpec `ebpf:"unused_exec_policy"`
+	UnusedSyscallSpec *ebpf.VariableSpec `ebpf:"unused_syscall_spec"`
 }
 
 // monitorObjects contains all objects after they have been loaded into the kernel.
@@ -161,6 +183,7 @@ type monitorMaps struct {
 	ExecAllowed  *ebpf.Map `ebpf:"exec_allowed"`
 	ExecPolicies *ebpf.Map `ebpf:"exec_policies"`
 	ExecScratch  *ebpf.Map `ebpf:"exec_scratch"`
+	PathScratch  *ebpf.Map `ebpf:"path_scratch"`
 	Syscalls     *ebpf.Map `ebpf:"syscalls"`
 	Watched      *ebpf.Map `ebpf:"watched"`
 }
@@ -172,6 +195,7 @@ func (m *monitorMaps) Close() error {
 		m.ExecAllowed,
 		m.ExecPolicies,
 		m.ExecScratch,
+		m.PathScratch,
 		m.Syscalls,
 		m.Watched,
 	)
@@ -181,9 +205,10 @@ func (m *monitorMaps) Close() error {
 //
 // It can be passed to loadMonitorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type monitorVariables struct {
-	UnusedEvent      *ebpf.Variable `ebpf:"unused_event"`
-	UnusedExecKey    *ebpf.Variable `ebpf:"unused_exec_key"`
-	UnusedExecPolicy *ebpf.Variable `ebpf:"unused_exec_policy"`
+	UnusedEvent       *ebpf.Variable `ebpf:"unused_event"`
+	UnusedExecKey     *ebpf.Variable `ebpf:"unused_exec_key"`
+	UnusedExecPolicy  *ebpf.Variable `ebpf:"unused_exec_policy"`
+	UnusedSyscallSpec *ebpf.Variable `ebpf:"unused_syscall_spec"`
 }
 
 // monitorPrograms contains all programs after they have been loaded into the kernel.

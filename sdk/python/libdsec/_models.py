@@ -103,7 +103,9 @@ class AuditEvent:
     (the ``AuditEvent`` schema): an exec (``kind`` "exec", ``path`` the
     program) or a watched system call (``kind`` "syscall") with its
     ``result`` and ``verdict`` ("allowed", "denied" or "failed"), and the
-    ``rule`` it hit with its ``severity`` ("info" when none)."""
+    ``rule`` it hit with its ``severity`` ("info" when none). A call's
+    ``path`` is absolute in the sandbox; ``target`` is a rename's or
+    link's new name."""
 
     sandbox: str
     time: datetime | None
@@ -116,6 +118,7 @@ class AuditEvent:
     phase: str = ""
     syscall: str = ""
     path: str = ""
+    target: str = ""
     addr: str = ""
     argv: list[str] = field(default_factory=list)
     result: int = 0
@@ -136,6 +139,7 @@ class AuditEvent:
             phase=str(d.get("phase") or ""),
             syscall=str(d.get("syscall") or ""),
             path=str(d.get("path") or ""),
+            target=str(d.get("target") or ""),
             addr=str(d.get("addr") or ""),
             argv=[str(a) for a in d.get("argv") or []],
             result=int(d.get("result") or 0),

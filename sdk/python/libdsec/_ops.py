@@ -392,6 +392,7 @@ def grade(
     command: str | Iterable[str],
     *,
     report: str | None = None,
+    reporter: str | None = None,
     expected_tests: int | None = None,
     carry: Sequence[str] | None = None,
     sealed: Sequence[str] | None = None,
@@ -415,7 +416,7 @@ def grade(
         if not argv or not all(isinstance(a, str) for a in argv):
             raise InvalidArgumentError("command must be a command line or a non-empty list of strings")
         body["cmd"] = argv
-    for key, value in (("report", report), ("cwd", cwd)):
+    for key, value in (("report", report), ("reporter", reporter), ("cwd", cwd)):
         if value is not None:
             body[key] = value
     for key, seq in (("carry", carry), ("sealed", sealed), ("protected", protected)):

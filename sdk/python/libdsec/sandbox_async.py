@@ -191,6 +191,7 @@ class AsyncSandbox:
         command: str | Sequence[str],
         *,
         report: str | None = None,
+        reporter: str | None = None,
         expected_tests: int | None = None,
         carry: Sequence[str] | None = None,
         sealed: Sequence[str] | None = None,
@@ -203,19 +204,25 @@ class AsyncSandbox:
         ``GradeResult`` (a dict): a fresh sandbox from the same image with
         ``tests_layer`` (pristine tests the agent never had) on top, the
         agent's files under ``carry`` (default ``["/workspace"]``) less
-        protected ones (conftest.py, .pth, sitecustomize, test config,
-        result files) and anything under ``sealed`` (default
-        ``["/workspace/tests"]``), no network and none of the agent's
-        processes. ``command`` must write a JUnit report to ``report``
-        (default ``/tmp/dsec-grade/junit.xml``); the server parses it:
-        ``verdict`` is ``"passed"`` only if every test ran and passed (none
-        skipped, at least ``expected_tests``), ``"failed"`` or ``"error"``
-        (no usable report) otherwise, with ``reason``, per-test ``cases``,
-        ``discarded`` files and the rollout's ``integrity`` report. The
-        grader's exit code never decides the verdict."""
+        the paths the tests layer has (its copy always wins), protected
+        ones (conftest.py, .pth, sitecustomize, test config, result files)
+        and anything under ``sealed`` (default ``["/workspace/tests"]``),
+        no network and none of the agent's processes. ``command`` must
+        write a JUnit report to ``report`` (default
+        ``/tmp/dsec-grade/junit.xml``) from its own process, or from one
+        running the program ``reporter``; the server parses it:
+        ``verdict`` is ``"passed"`` only if the grader exited 0 and every
+        test ran and passed (none skipped, at least ``expected_tests``,
+        exactly those the tests layer declares in ``/.dsec/tests.json``),
+        and, where the node's monitor watched the grading sandbox
+        (``audited``), it hit no audit rule (``grader_rules``) and no
+        other process wrote the report; ``"failed"`` or ``"error"`` (the
+        run cannot be trusted) otherwise, with ``reason``, per-test
+        ``cases``, ``discarded`` files and the rollout's ``integrity``
+        report. Exit 0 alone never passes."""
         return await self._client.run(
             _ops.grade(
-                self.sandbox_id, tests_layer, command, report=report, expected_tests=expected_tests,
+                self.sandbox_id, tests_layer, command, report=report, reporter=reporter, expected_tests=expected_tests,
                 carry=carry, sealed=sealed, protected=protected, envs=envs, cwd=cwd, timeout_s=timeout,
                 request_timeout=self._rt,
             )

@@ -375,6 +375,9 @@ def test_container_sealed_grading(conn: Conn, labels: dict[str, str], tmp_path) 
             assert res["verdict"] == verdict and res["tests"] == 1, res
             assert res["cases"][0]["name"] == "test_add", res
             assert res["integrity"]["sealed_grading"], res
+            # The grading sandbox's own audit counted, and the honest
+            # grader's write of its report hit no rule that counts.
+            assert res["audited"] and res["grader_rules"] == [], res
             assert sb.integrity()["grades"][-1]["verdict"] == verdict
     with Sandbox.create(tier="container", image="busybox", metadata=labels, **conn) as sb:
         with pytest.raises(InvalidArgumentError) as e:

@@ -216,6 +216,25 @@ def test_exec_body() -> None:
         _ops.exec_body("x", envs={"A": 1})  # type: ignore[dict-item]
 
 
+def test_grade_call() -> None:
+    op = _ops.grade("sb-1", "tests/t:1", ["sh", "run.sh"], reporter="/usr/bin/go-junit-report",
+                    expected_tests=2, request_timeout=30)
+    call = next(op)
+    assert call.method == "POST" and call.path.endswith("/sb-1/grade")
+    assert call.json == {"tests_layer": "tests/t:1", "cmd": ["sh", "run.sh"],
+                                   "reporter": "/usr/bin/go-junit-report", "expected_tests": 2}
+    with pytest.raises(InvalidArgumentError):
+        next(_ops.grade("sb-1", "", "pytest", request_timeout=30))
+
+
+def test_audit_event_target() -> None:
+    e = libdsec.AuditEvent.from_json({"sandbox": "sb-1", "kind": "syscall", "syscall": "rename",
+                                      "path": "/w/sedAb12", "target": "/w/x_test.go", "verdict": "allowed",
+                                      "severity": "high", "rule": "test-tampering"})
+    assert (e.path, e.target, e.rule) == ("/w/sedAb12", "/w/x_test.go", "test-tampering")
+    assert libdsec.AuditEvent.from_json({"kind": "exec"}).target == ""
+
+
 def test_exec_request_timeout() -> None:
     assert _ops.exec_request_timeout(10, None, 30) == 40
     assert _ops.exec_request_timeout(None, None, 30) == 90  # server default 60 s + margin
