@@ -7,6 +7,9 @@ set -euo pipefail
 bin=${1:?usage: scripts/bench.sh BIN [flags]}
 shift
 dir=$(mktemp -d /tmp/dsec-bench.XXXXXX)
+# mktemp makes it 0700; container sandboxes (their own uids) must walk
+# through it to their roots.
+chmod 0755 "$dir"
 log=$dir/server.log
 # The slow built-in (debian-12, debootstrap) would build in the background
 # during the measurements.
