@@ -101,7 +101,7 @@ type Node struct {
 	// WebAssembly module.
 	FunctionPoolSize int `toml:"function_pool_size"`
 	// MaxStarts is how many creates of a tier the node runs at once
-	// (default per tier: 2 per CPU for containers, 8 per CPU for
+	// (default per tier: 4 per CPU for containers, 8 per CPU for
 	// functions, 1 per CPU for VMs); StartQueue caps the creates waiting
 	// for their turn (4096) and StartWaitS how long one may wait (10 s).
 	// Past them a create is refused with 429 overloaded and Retry-After.

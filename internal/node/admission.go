@@ -42,9 +42,10 @@ type StartLimits struct {
 }
 
 // DefaultStartLimits are a tier's limits on a node with cpus CPUs. The
-// container tier's slots were measured (docs/bench.md): on 2 cores 4 at
-// once gave the best rate, more only shared the cores among more starts.
-// A VM's boot keeps a core busy; a function sandbox is an instance of a
+// container tier's 4 per CPU is where a start's waits (forks, mounts,
+// the agent's greeting) are covered and the cores busy: on 2 cores,
+// creates 8 at a time went ~150/s, all at once 28/s (docs/bench.md). A
+// VM's boot keeps a core busy; a function sandbox is an instance of a
 // compiled module, cheap enough to start many at once.
 func DefaultStartLimits(tier string, cpus int) StartLimits {
 	cpus = max(cpus, 1)
@@ -53,7 +54,7 @@ func DefaultStartLimits(tier string, cpus int) StartLimits {
 	case api.TierFunction:
 		l.Slots = 8 * cpus
 	case api.TierContainer:
-		l.Slots = 2 * cpus
+		l.Slots = 4 * cpus
 	default:
 		l.Slots = cpus
 	}
@@ -144,11 +145,17 @@ func (g *gate) expectedLocked(n int) time.Duration {
 	return time.Duration(n) * g.pace / time.Duration(g.lim.Slots)
 }
 
+// refusal is the error of a create refused with waiting ahead of it; it
+// should find room after retry. The hint is at most half the queue's
+// wait, so that refused clients are back before the queue has drained:
+// told to stay away longer, they left the node idle while they waited
+// (measured: a third of a 1,000-create burst's time), while coming back
+// too early costs only another refusal.
 func (g *gate) refusal(waiting int, retry time.Duration) error {
 	return &errdefs.Error{Class: errdefs.RateLimited, Code: CodeOverloaded,
 		Msg: fmt.Sprintf("node %s is starting as many %s sandboxes as it can (%d at once, %d waiting): nothing was created; retry later",
 			g.node, g.tier, g.lim.Slots, waiting),
-		RetryAfter: min(max(retry, time.Second), 30*time.Second)}
+		RetryAfter: max(min(retry, g.lim.Wait/2), time.Second)}
 }
 
 // leaver returns the function that frees the slot taken now and adds how
