@@ -2,12 +2,14 @@ package container
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/guest"
 )
 
@@ -59,5 +61,22 @@ func TestZygoteRetryOnlyUnsent(t *testing.T) {
 	_, err = z.start(context.Background(), guest.ZygoteRequest{}, []*os.File{f})
 	if err == nil || !retryFork(err) {
 		t.Errorf("a request that could not be sent: %v, want one another zygote may be asked", err)
+	}
+}
+
+// TestStartErrorClass: a start that failed because its deadline ran out
+// (a node starting too much at once) is a retryable 503 with a retry
+// hint; one that failed in time is an internal error, as before.
+func TestStartErrorClass(t *testing.T) {
+	cause := errors.New("the agent did not answer")
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	err := startError(expired, "sb-1", cause)
+	if !errors.Is(err, errdefs.Unavailable) || errdefs.CodeOf(err) != CodeStartTimeout || errdefs.RetryAfterOf(err) <= 0 || !errors.Is(err, cause) {
+		t.Errorf("start past its deadline: %v (%s, retry %v), want unavailable %s with a retry hint", err, errdefs.CodeOf(err), errdefs.RetryAfterOf(err), CodeStartTimeout)
+	}
+	err = startError(context.Background(), "sb-1", cause)
+	if !errors.Is(err, errdefs.Internal) || errdefs.CodeOf(err) != "sandbox_start_failed" {
+		t.Errorf("start failed in time: %v (%s), want internal sandbox_start_failed", err, errdefs.CodeOf(err))
 	}
 }
