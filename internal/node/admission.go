@@ -90,6 +90,9 @@ type gate struct {
 	// pace is a moving average of how long a create holds its slot; 0
 	// until one has finished.
 	pace time.Duration
+	// booked is when the last refused create was told to come back (see
+	// refusalLocked).
+	booked time.Time
 }
 
 func newGate(node, tier string, lim StartLimits) *gate {
@@ -107,12 +110,13 @@ func (g *gate) enter(ctx context.Context) (leave func(), err error) {
 	default:
 	}
 	g.mu.Lock()
-	ahead, pace := g.waiting, g.pace
+	ahead := g.waiting
 	expect := g.expectedLocked(ahead + 1)
 	if ahead >= g.lim.Queue || expect > g.lim.Wait {
-		g.mu.Unlock()
 		// Room comes once enough of those ahead have started.
-		return nil, g.refusal(ahead, max(expect-g.lim.Wait, pace))
+		err := g.refusalLocked(ahead, expect-g.lim.Wait)
+		g.mu.Unlock()
+		return nil, err
 	}
 	g.waiting++
 	g.mu.Unlock()
@@ -128,9 +132,8 @@ func (g *gate) enter(ctx context.Context) (leave func(), err error) {
 		return g.leaver(), nil
 	case <-t.C:
 		g.mu.Lock()
-		ahead, pace = g.waiting-1, g.pace
-		g.mu.Unlock()
-		return nil, g.refusal(ahead, pace)
+		defer g.mu.Unlock()
+		return nil, g.refusalLocked(g.waiting-1, 0)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -145,17 +148,33 @@ func (g *gate) expectedLocked(n int) time.Duration {
 	return time.Duration(n) * g.pace / time.Duration(g.lim.Slots)
 }
 
-// refusal is the error of a create refused with waiting ahead of it; it
-// should find room after retry. The hint is at most half the queue's
-// wait, so that refused clients are back before the queue has drained:
-// told to stay away longer, they left the node idle while they waited
-// (measured: a third of a 1,000-create burst's time), while coming back
-// too early costs only another refusal.
-func (g *gate) refusal(waiting int, retry time.Duration) error {
+// maxRetryHint bounds a refusal's retry hint (clients give up on much
+// longer ones).
+const maxRetryHint = 30 * time.Second
+
+// refusalLocked is the error of a create refused with waiting ahead of
+// it, whose place in the queue should come free after excess. Each
+// refusal books the next start's worth of time after those booked
+// before it, so that a crowd refused together is told to come back
+// spread over the time the node needs to start them, each about when
+// the queue has room for it, rather than all at once to be refused
+// again. The hint is three quarters of that: a client back early costs
+// another refusal, one back late leaves the node idle (measured: told
+// too long a wait, a burst's clients left the node idle for a third of
+// its time).
+//
+// Preconditions: g.mu must be held.
+func (g *gate) refusalLocked(waiting int, excess time.Duration) error {
+	now := time.Now()
+	if at := now.Add(max(excess, 0)); g.booked.Before(at) {
+		g.booked = at
+	}
+	g.booked = g.booked.Add(g.expectedLocked(1))
+	hint := min(max(g.booked.Sub(now)*3/4, time.Second), maxRetryHint)
 	return &errdefs.Error{Class: errdefs.RateLimited, Code: CodeOverloaded,
 		Msg: fmt.Sprintf("node %s is starting as many %s sandboxes as it can (%d at once, %d waiting): nothing was created; retry later",
 			g.node, g.tier, g.lim.Slots, waiting),
-		RetryAfter: max(min(retry, g.lim.Wait/2), time.Second)}
+		RetryAfter: hint}
 }
 
 // leaver returns the function that frees the slot taken now and adds how

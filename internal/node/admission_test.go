@@ -135,8 +135,9 @@ func TestGateRefusesPastWait(t *testing.T) {
 }
 
 // TestGateRefusesByExpectedWait: at the measured pace, a create that
-// would wait longer than Wait is refused at once, told to come back when
-// the queue should have room, at most half of Wait later.
+// would wait longer than Wait is refused at once, told to come back
+// about when the queue should have room for it; a crowd refused together
+// is told to come back spread over the time their starts take.
 func TestGateRefusesByExpectedWait(t *testing.T) {
 	g := newGate("n", "container", StartLimits{Slots: 1, Queue: 100, Wait: 4 * time.Second})
 	g.pace = time.Second
@@ -152,13 +153,27 @@ func TestGateRefusesByExpectedWait(t *testing.T) {
 		waitFor(t, fmt.Sprintf("waiter %d", i), func() bool { return g.queued() == i+1 })
 	}
 	start := time.Now()
-	_, err = g.enter(ctx) // 5 s > 4 s
+	_, err = g.enter(ctx) // 5 s > 4 s: room in ~1 s, its start ~1 s later
 	wantOverloaded(t, err, time.Second)
 	if d := errdefs.RetryAfterOf(err); d > 2*time.Second {
-		t.Errorf("retry hint %v, want at most half the 4s wait", d)
+		t.Errorf("retry hint %v, want about three quarters of 2s", d)
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("refused after %v, want at once", d)
+	}
+	var prev time.Duration
+	for i := range 20 {
+		_, err := g.enter(ctx)
+		wantOverloaded(t, err, time.Second)
+		d := errdefs.RetryAfterOf(err)
+		if d < prev {
+			t.Fatalf("refusal %d told to come back after %v, before the one refused before it (%v)", i, d, prev)
+		}
+		prev = d
+	}
+	// 21 refused at one start a second: the last told about 3/4 of ~22 s.
+	if prev < 10*time.Second || prev > maxRetryHint {
+		t.Errorf("the 21st refusal's hint %v, want the crowd spread over ~15s", prev)
 	}
 }
 
