@@ -19,7 +19,7 @@ cat >"$dir/dsec.toml" <<'EOF'
 version = 1
 [container]
 name = "dbench"
-network_range = "10.86.0.0/16"
+network_range = "10.89.0.0/16"
 cgroup_parent = "dsec-bench"
 [microvm]
 disabled = true
