@@ -11,7 +11,7 @@ TOOLS   := internal/builtin/assets/dsectools.wasm
 GUEST   := internal/builtin/assets/dsec-guest
 DATA    ?= /var/lib/dsec
 
-.PHONY: all build up test unit race lint python bench bench-container bench-vm deps-runtime deps-test deps-bench clean FORCE
+.PHONY: all build up test unit race lint python bench bench-container bench-vm bench-burst deps-runtime deps-test deps-bench clean FORCE
 
 all: build
 
@@ -58,7 +58,7 @@ test: deps-test lint race python
 
 # In-process benchmarks, then the whole system measured through its API by
 # `dsec bench` against a fresh `dsec up` (figures: docs/bench.md).
-bench: deps-bench build bench-container bench-vm
+bench: deps-bench build bench-container bench-vm bench-burst
 	$(GO) test -run '^$$' -bench 'InstantiateGoTool' -benchtime 2s ./internal/wasmopt/
 	$(GO) test -run '^$$' -bench 'CallTiny|CallGoTool' -benchtime 2s -cpu 1,2 ./internal/function/
 	$(GO) test -run '^$$' -bench 'IdleSandboxMemory' -benchtime 3x ./internal/function/
@@ -88,6 +88,13 @@ bench-container: deps-bench build
 	$(GO) test -run '^$$' -bench '^BenchmarkGrade$$' -benchtime 20x ./internal/daemon/
 	$(GO) test -run '^$$' -bench 'Density' -benchtime 1x -timeout 60m ./internal/container/
 	/usr/bin/python3 sdk/python/bench/bench_container.py --dsec $(BIN)
+
+# 2,000 container creates at once (issue 13): through the Go client
+# (`dsec bench`), then the asyncio SDK, each against a fresh `dsec up`.
+BURST ?= 2000
+bench-burst: deps-bench build
+	scripts/bench.sh $(BIN) --scenarios create-burst --burst $(BURST)
+	/usr/bin/python3 sdk/python/bench/bench_burst.py --dsec $(BIN) --burst $(BURST)
 
 clean:
 	rm -rf bin $(TOOLS) $(GUEST)

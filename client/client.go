@@ -21,6 +21,13 @@ import (
 // says otherwise. Commands get their own run time on top of it.
 const DefaultTimeout = 30 * time.Second
 
+// Retries by default: how many, and how long a request and its retries
+// may take in all (WithRetry, WithRetryBudget).
+const (
+	DefaultRetries     = 10
+	DefaultRetryBudget = 2 * time.Minute
+)
+
 // Client talks to one DSec server. It is safe for concurrent use; reuse one
 // Client so that connections are pooled.
 type Client struct {
@@ -29,6 +36,7 @@ type Client struct {
 	agent   []string
 	http    *http.Client
 	retries int
+	budget  time.Duration
 	timeout time.Duration
 	bufs    sync.Pool // *bytes.Buffer for response bodies
 	lines   sync.Pool // *bufio.Reader for command streams
@@ -41,6 +49,7 @@ type options struct {
 	httpClient *http.Client
 	userAgent  string
 	retries    int
+	budget     time.Duration
 	timeout    time.Duration
 }
 
@@ -55,18 +64,37 @@ func WithUserAgent(ua string) Option {
 	return func(o *options) { o.userAgent = ua }
 }
 
-// WithRetry retries a request up to max more times when the server answers
-// 429 (after its Retry-After, or a bounded backoff) and, for idempotent
-// methods only, when the connection fails. Streamed uploads are never
-// retried. Default 0: no retries.
+// WithRetry sets how many times a request is sent again (default
+// DefaultRetries; 0: never) when a retry is safe and may succeed:
+//   - 429 (the server did nothing: it is overloaded or rate-limits the
+//     token), except too_many_sandboxes, which waits for the caller to
+//     delete sandboxes;
+//   - 503 with Retry-After (the server did nothing and says when to come
+//     back: a create that could not start for a transient reason), and
+//     503 without it for idempotent methods (GET, PUT, DELETE);
+//   - a failed connection, for idempotent methods, or for any request if
+//     it failed before the request was sent (dialing).
+//
+// The wait before retry n is an exponential backoff (100 ms doubling, at
+// most 5 s) or the server's Retry-After if longer, plus up to a quarter
+// more at random, so that many clients told the same come back spread
+// out. A Retry-After over a minute is not waited for. Streamed uploads
+// are never retried, nor is a request once its retry budget is spent.
 func WithRetry(max int) Option {
 	return func(o *options) { o.retries = max }
 }
 
-// WithTimeout sets the time limit of requests that do not stream (default
-// DefaultTimeout; 0 means none). Exec and WaitProcess add the command's own
-// timeout to it. Streams (ExecStream, ExecWS, ReadFile, WriteFile) are
-// bounded by their context only.
+// WithRetryBudget bounds the time a request and its retries take in all
+// (default DefaultRetryBudget): no retry starts after it; the context's
+// deadline bounds it too.
+func WithRetryBudget(d time.Duration) Option {
+	return func(o *options) { o.budget = d }
+}
+
+// WithTimeout sets the time limit of each attempt of a request that does
+// not stream (default DefaultTimeout; 0 means none). Exec and WaitProcess
+// add the command's own timeout to it. Streams (ExecStream, ExecWS,
+// ReadFile, WriteFile) are bounded by their context only.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = d }
 }
@@ -84,15 +112,15 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	if u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("server URL %q: must not have a query or fragment", baseURL)
 	}
-	o := options{userAgent: "dsec-go-client", timeout: DefaultTimeout}
+	o := options{userAgent: "dsec-go-client", timeout: DefaultTimeout, retries: DefaultRetries, budget: DefaultRetryBudget}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.retries < 0 {
 		return nil, errors.New("retry count must not be negative")
 	}
-	if o.timeout < 0 {
-		return nil, errors.New("timeout must not be negative")
+	if o.timeout < 0 || o.budget < 0 {
+		return nil, errors.New("timeout and retry budget must not be negative")
 	}
 	if o.httpClient == nil {
 		o.httpClient = &http.Client{Transport: newTransport()}
@@ -101,6 +129,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 		base:    u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/"),
 		http:    o.httpClient,
 		retries: o.retries,
+		budget:  o.budget,
 		timeout: o.timeout,
 		bufs:    sync.Pool{New: func() any { return new(bytes.Buffer) }},
 		lines:   sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }},

@@ -63,7 +63,7 @@ func TestErrorDecoding(t *testing.T) {
 				}
 				w.WriteHeader(tt.status)
 				_, _ = w.Write([]byte(tt.body))
-			})
+			}, WithRetry(0))
 			_, err := c.GetSandbox(context.Background(), "sb-1")
 			var got *Error
 			if !errors.As(err, &got) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -40,10 +41,15 @@ type request struct {
 	size   int64 // length of stream, or -1 if unknown
 	accept []string
 	ctype  []string
+	// timeout bounds each attempt, until the response body is closed; 0:
+	// only ctx does.
+	timeout time.Duration
+	// noRetry sends the request once (a probe that reports a state).
+	noRetry bool
 }
 
 // replayable reports whether the request can be sent again.
-func (r *request) replayable() bool { return r.stream == nil }
+func (r *request) replayable() bool { return r.stream == nil && !r.noRetry }
 
 func idempotent(method string) bool {
 	switch method {
@@ -53,44 +59,86 @@ func idempotent(method string) bool {
 	return false
 }
 
-// send sends r, retrying as configured, and returns a 2xx response whose
-// body the caller must close. Any other status becomes an *Error.
+// send sends r, retrying as configured (WithRetry), and returns a 2xx
+// response whose body the caller must close. Any other status becomes an
+// *Error.
 func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
-		req, err := c.newRequest(ctx, r)
+		actx, cancel := ctx, context.CancelFunc(nop)
+		if r.timeout > 0 {
+			actx, cancel = context.WithTimeout(ctx, r.timeout)
+		}
+		req, err := c.newRequest(actx, r)
 		if err != nil {
+			cancel()
 			return nil, err
 		}
 		resp, err := c.http.Do(req)
 		if err != nil {
-			if attempt < c.retries && r.replayable() && idempotent(r.method) && ctx.Err() == nil {
-				if c.pause(ctx, backoff(attempt)) {
+			// An attempt that ran out of time is not repeated: the server
+			// is slow, and waiting again would double the wait.
+			timedOut := actx.Err() != nil
+			cancel()
+			if attempt < c.retries && r.replayable() && (idempotent(r.method) || notSent(err)) && !timedOut && ctx.Err() == nil {
+				if c.pause(ctx, start, backoff(attempt, 0)) {
 					continue
 				}
 			}
 			return nil, err
 		}
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
 			return resp, nil
 		}
 		e := readError(resp)
-		if resp.StatusCode == http.StatusTooManyRequests && attempt < c.retries && r.replayable() {
-			wait := e.RetryAfter
-			if wait == 0 {
-				wait = backoff(attempt)
-			}
-			if wait <= maxRetryAfter && c.pause(ctx, wait) {
-				continue
-			}
+		cancel()
+		if attempt < c.retries && r.replayable() && retryableStatus(r.method, e) &&
+			e.RetryAfter <= maxRetryAfter && c.pause(ctx, start, backoff(attempt, e.RetryAfter)) {
+			continue
 		}
 		return nil, e
 	}
 }
 
-// pause waits d and reports true, or reports false at once if ctx would
-// end first.
-func (c *Client) pause(ctx context.Context, d time.Duration) bool {
+// retryableStatus reports whether an error response says that the
+// request did nothing and may succeed if sent again (see WithRetry).
+func retryableStatus(method string, e *Error) bool {
+	switch e.StatusCode {
+	case http.StatusTooManyRequests:
+		return e.Code != "too_many_sandboxes"
+	case http.StatusServiceUnavailable:
+		return e.RetryAfter > 0 || idempotent(method)
+	}
+	return false
+}
+
+// notSent reports whether a transport error happened before the request
+// was sent (while dialing), so that sending it again cannot repeat it.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// cancelBody ends an attempt's context when its body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// pause waits d and reports true, or reports false at once if ctx, or
+// the retry budget of a request sent at start, would end first.
+func (c *Client) pause(ctx context.Context, start time.Time, d time.Duration) bool {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	if c.budget > 0 && time.Since(start)+d > c.budget {
 		return false
 	}
 	t := time.NewTimer(d)
@@ -103,14 +151,19 @@ func (c *Client) pause(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// backoff returns the wait before retry attempt+1: exponential with jitter,
-// capped at backoffMax.
-func backoff(attempt int) time.Duration {
+// backoff returns the wait before retry attempt+1: exponential (capped
+// at backoffMax) or retryAfter if longer, plus up to a quarter more at
+// random. The exponential part alone is jittered over its upper half.
+func backoff(attempt int, retryAfter time.Duration) time.Duration {
 	d := backoffMax
 	if attempt < 16 {
 		d = min(backoffBase<<attempt, backoffMax)
 	}
-	return d/2 + rand.N(d/2+1)
+	if retryAfter <= 0 {
+		return d/2 + rand.N(d/2+1)
+	}
+	d = max(d, retryAfter)
+	return d + rand.N(d/4+1)
 }
 
 // readError consumes and closes the body of a non-2xx response.
@@ -173,15 +226,23 @@ func (c *Client) withTimeout(ctx context.Context, extra time.Duration) (context.
 }
 
 // call sends in (if not nil) as JSON and decodes a 2xx response into out
-// (if not nil). extra extends the client's timeout for this call.
+// (if not nil). extra extends the client's timeout of each attempt.
 func (c *Client) call(ctx context.Context, method, path string, in, out any, extra time.Duration) error {
 	r, err := jsonRequest(method, path, in)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := c.withTimeout(ctx, extra)
-	defer cancel()
+	r.timeout = c.attemptTimeout(extra)
 	return c.exchange(ctx, r, out)
+}
+
+// attemptTimeout is the client's timeout plus extra, or 0 if the client
+// has none.
+func (c *Client) attemptTimeout(extra time.Duration) time.Duration {
+	if c.timeout == 0 {
+		return 0
+	}
+	return c.timeout + extra
 }
 
 // jsonRequest returns a request that sends in (if not nil) as JSON and

@@ -67,17 +67,135 @@ func TestRetryAfterPastDeadline(t *testing.T) {
 	}
 }
 
-func TestNoRetryByDefault(t *testing.T) {
+// TestRetryDefault: a client retries by default; WithRetry(0) turns it
+// off.
+func TestRetryDefault(t *testing.T) {
+	var calls atomic.Int32
+	h := func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1)%2 == 1 {
+			writeJSON(w, http.StatusTooManyRequests, api.Error{Code: "overloaded", Message: "busy", Class: ClassRateLimited})
+			return
+		}
+		writeJSON(w, http.StatusCreated, api.Sandbox{ID: "sb-1"})
+	}
+	if _, err := newTestClient(t, h).CreateSandbox(context.Background(), api.CreateSandboxRequest{}); err != nil || calls.Load() != 2 {
+		t.Errorf("default client: %v after %d calls, want success after 2", err, calls.Load())
+	}
+	calls.Store(0)
+	if _, err := newTestClient(t, h, WithRetry(0)).CreateSandbox(context.Background(), api.CreateSandboxRequest{}); !IsRateLimited(err) || calls.Load() != 1 {
+		t.Errorf("WithRetry(0): %v after %d calls, want the 429 after 1", err, calls.Load())
+	}
+}
+
+// TestRetryStatuses: which error answers are sent again, for which
+// methods.
+func TestRetryStatuses(t *testing.T) {
+	tests := []struct {
+		name       string
+		status     int
+		code       string
+		retryAfter string
+		post       bool
+		wantCalls  int32
+	}{
+		{name: "429 overloaded, POST", status: 429, code: "overloaded", retryAfter: "0", post: true, wantCalls: 2},
+		{name: "429 too_many_sandboxes waits for deletes", status: 429, code: "too_many_sandboxes", retryAfter: "1", post: true, wantCalls: 1},
+		{name: "503 with Retry-After, POST", status: 503, code: "sandbox_start_timeout", retryAfter: "0", post: true, wantCalls: 1},
+		{name: "503 with Retry-After 1, POST", status: 503, code: "sandbox_start_timeout", retryAfter: "1", post: true, wantCalls: 2},
+		{name: "503 without Retry-After, POST", status: 503, code: "agent_gone", post: true, wantCalls: 1},
+		{name: "503 without Retry-After, GET", status: 503, code: "agent_gone", wantCalls: 2},
+		{name: "500 is not retried", status: 500, code: "internal", wantCalls: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var calls atomic.Int32
+			c := newTestClient(t, func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					if tt.retryAfter != "" {
+						w.Header().Set("Retry-After", tt.retryAfter)
+					}
+					writeJSON(w, tt.status, api.Error{Code: tt.code, Message: "no"})
+					return
+				}
+				writeJSON(w, http.StatusOK, api.Sandbox{ID: "sb-1"})
+			})
+			var err error
+			if tt.post {
+				_, err = c.CreateSandbox(context.Background(), api.CreateSandboxRequest{})
+			} else {
+				_, err = c.GetSandbox(context.Background(), "sb-1")
+			}
+			if got := calls.Load(); got != tt.wantCalls || (err == nil) != (tt.wantCalls == 2) {
+				t.Errorf("%v after %d calls, want %d calls", err, got, tt.wantCalls)
+			}
+		})
+	}
+}
+
+// TestRetryBackoffHonoursRetryAfter: waits are at least the server's
+// Retry-After, spread over up to a quarter more, and grow exponentially
+// without one.
+func TestRetryBackoffHonoursRetryAfter(t *testing.T) {
+	for i := 0; i < 1000; i++ {
+		if d := backoff(0, 2*time.Second); d < 2*time.Second || d > 2500*time.Millisecond {
+			t.Fatalf("backoff with Retry-After 2s = %v, want 2s–2.5s", d)
+		}
+		if d := backoff(3, 0); d < 400*time.Millisecond || d > 800*time.Millisecond {
+			t.Fatalf("4th backoff = %v, want 400–800ms", d)
+		}
+		if d := backoff(10, time.Second); d < backoffMax || d > backoffMax*5/4 {
+			t.Fatalf("11th backoff with Retry-After 1s = %v, want the cap %v and up to a quarter more", d, backoffMax)
+		}
+	}
+	seen := map[time.Duration]bool{}
+	for i := 0; i < 100; i++ {
+		seen[backoff(0, time.Second)] = true
+	}
+	if len(seen) < 50 {
+		t.Errorf("100 waits after Retry-After 1s took %d values: not spread", len(seen))
+	}
+}
+
+// TestRetryBudget: no retry starts once a request's retry budget would
+// be spent, however many retries are left.
+func TestRetryBudget(t *testing.T) {
 	var calls atomic.Int32
 	c := newTestClient(t, func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
-		writeJSON(w, http.StatusTooManyRequests, api.Error{Code: "rate_limited", Message: "slow down"})
-	})
-	if _, err := c.Nodes(context.Background()); !IsRateLimited(err) {
-		t.Fatalf("Nodes error = %v, want rate limited", err)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusTooManyRequests, api.Error{Code: "overloaded", Message: "busy", Class: ClassRateLimited})
+	}, WithRetry(100), WithRetryBudget(2*time.Second))
+	start := time.Now()
+	_, err := c.CreateSandbox(context.Background(), api.CreateSandboxRequest{})
+	if !IsRateLimited(err) {
+		t.Fatalf("error = %v, want the last 429", err)
 	}
-	if got := calls.Load(); got != 1 {
-		t.Errorf("server saw %d calls, want 1", got)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("gave up after %v, want within the 2s budget", d)
+	}
+	if n := calls.Load(); n < 2 || n > 3 {
+		t.Errorf("server saw %d calls, want 2 or 3 within 2s of 1s waits", n)
+	}
+}
+
+// TestAttemptTimeoutNotRetried: an attempt that outlived the client's
+// timeout is not repeated, even for a GET.
+func TestAttemptTimeoutNotRetried(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	defer close(release)
+	c := newTestClient(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}, WithTimeout(50*time.Millisecond))
+	if _, err := c.GetSandbox(context.Background(), "sb-1"); err == nil {
+		t.Fatal("GetSandbox succeeded, want its timeout")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("server saw %d calls, want 1", n)
 	}
 }
 

@@ -9,10 +9,12 @@ import (
 )
 
 // Health reports whether the server is ready. A server that is up but not
-// ready answers with an *Error of class unavailable.
+// ready answers with an *Error of class unavailable, at once: the probe
+// is not retried.
 func (c *Client) Health(ctx context.Context) (*api.Health, error) {
 	var h api.Health
-	if err := c.call(ctx, http.MethodGet, "/v1/health", nil, &h, 0); err != nil {
+	r := &request{method: http.MethodGet, path: "/v1/health", accept: hdrJSON, timeout: c.attemptTimeout(0), noRetry: true}
+	if err := c.exchange(ctx, r, &h); err != nil {
 		return nil, err
 	}
 	return &h, nil
@@ -47,9 +49,7 @@ func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 }
 
 func (c *Client) getRaw(ctx context.Context, path string, accept []string) ([]byte, error) {
-	ctx, cancel := c.withTimeout(ctx, 0)
-	defer cancel()
-	resp, err := c.send(ctx, &request{method: http.MethodGet, path: path, accept: accept})
+	resp, err := c.send(ctx, &request{method: http.MethodGet, path: path, accept: accept, timeout: c.attemptTimeout(0)})
 	if err != nil {
 		return nil, err
 	}

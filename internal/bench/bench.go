@@ -29,6 +29,9 @@ type Result struct {
 	Note string `json:"note,omitempty"`
 	// FirstError explains errors, if any.
 	FirstError string `json:"first_error,omitempty"`
+	// Counts are a scenario's counted outcomes (create-burst: the
+	// server's answers by HTTP status, failed creates and commands).
+	Counts map[string]int `json:"counts,omitempty"`
 }
 
 // op is one measured operation; worker-local setup happens in prepare.

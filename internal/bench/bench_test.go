@@ -38,3 +38,17 @@ func TestRunCountsOpsAndErrors(t *testing.T) {
 		t.Errorf("counted %d+%d of %d calls", r.Ops, r.Errors, calls)
 	}
 }
+
+func TestParseCreateStatuses(t *testing.T) {
+	text := `# HELP dsec_api_request_seconds API request latency
+dsec_api_request_seconds_bucket{code="201",method="POST",route="/v1/sandboxes",le="+Inf"} 7
+dsec_api_request_seconds_count{code="201",method="POST",route="/v1/sandboxes"} 7
+dsec_api_request_seconds_count{code="429",method="POST",route="/v1/sandboxes"} 3
+dsec_api_request_seconds_count{code="200",method="GET",route="/v1/sandboxes"} 9
+dsec_api_request_seconds_count{code="503",method="POST",route="/v1/sandboxes/{id}/exec"} 4
+`
+	got := parseCreateStatuses([]byte(text))
+	if len(got) != 2 || got["201"] != 7 || got["429"] != 3 {
+		t.Errorf("parsed %v, want 201: 7 and 429: 3 only", got)
+	}
+}

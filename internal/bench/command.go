@@ -21,6 +21,7 @@ func Command() *cobra.Command {
 		o       Options
 		dataDir string
 		scen    string
+		retries int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -44,7 +45,11 @@ func Command() *cobra.Command {
 				}
 				tok = t
 			}
-			c, err := client.New(url, tok, client.WithTimeout(2*time.Minute))
+			opts := []client.Option{client.WithTimeout(2 * time.Minute)}
+			if retries >= 0 {
+				opts = append(opts, client.WithRetry(retries))
+			}
+			c, err := client.New(url, tok, opts...)
 			if err != nil {
 				return err
 			}
@@ -73,7 +78,11 @@ func Command() *cobra.Command {
 	f.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each measurement")
 	f.IntVar(&o.IdleSandboxes, "idle-sandboxes", 1000, "sandboxes for the idle-memory scenario")
 	f.IntVar(&o.ServerPID, "server-pid", 0, "PID of the dsec server, to measure its RSS")
-	f.StringVar(&scen, "scenarios", strings.Join(AllScenarios, ","), "comma-separated scenarios")
+	f.StringVar(&scen, "scenarios", strings.Join(AllScenarios, ","), "comma-separated scenarios (also: "+CreateBurst+")")
+	f.IntVar(&o.Burst, "burst", 2000, "creates fired at once by "+CreateBurst)
+	f.StringVar(&o.BurstTier, "burst-tier", "container", "tier of the sandboxes of "+CreateBurst)
+	f.StringVar(&o.BurstImage, "burst-image", "", "image of the sandboxes of "+CreateBurst+" (default: the tier's)")
+	f.IntVar(&retries, "retries", -1, "retries of a request the server asks to retry (429, 503 with Retry-After); -1: the client's default")
 	return cmd
 }
 

@@ -24,15 +24,23 @@ type Options struct {
 	Scenarios     []string
 	// ServerPID, if set, is the server process whose RSS is measured.
 	ServerPID int
+	// Burst is how many creates the create-burst scenario fires at once,
+	// of BurstTier sandboxes from BurstImage (empty: the tier's default).
+	Burst      int
+	BurstTier  string
+	BurstImage string
 }
 
 // Scenario names.
 const (
-	CallTiny  = "call-tiny"
-	CallGo    = "call-go"
-	Cycle     = "create-exec-delete"
-	IdleMem   = "idle-memory"
-	createTTL = 600
+	CallTiny = "call-tiny"
+	CallGo   = "call-go"
+	Cycle    = "create-exec-delete"
+	IdleMem  = "idle-memory"
+	// CreateBurst is opt-in (it needs the container tier and many
+	// sandboxes): Burst creates at once (burst.go).
+	CreateBurst = "create-burst"
+	createTTL   = 600
 )
 
 // AllScenarios in the order they run. Idle memory goes first, on a server
@@ -82,6 +90,12 @@ func Run(ctx context.Context, c *client.Client, o Options, progress func(Result)
 					return errors.Join(err, derr)
 				}))
 			}
+		case CreateBurst:
+			r, err := createBurst(ctx, c, o)
+			if err != nil {
+				return out, err
+			}
+			emit(r)
 		case IdleMem:
 			r, err := idleMemory(ctx, c, o)
 			if err != nil {
@@ -89,7 +103,7 @@ func Run(ctx context.Context, c *client.Client, o Options, progress func(Result)
 			}
 			emit(r)
 		default:
-			return out, fmt.Errorf("unknown scenario %q (have %v)", s, AllScenarios)
+			return out, fmt.Errorf("unknown scenario %q (have %v and %s)", s, AllScenarios, CreateBurst)
 		}
 	}
 	return out, nil

@@ -100,6 +100,14 @@ type Node struct {
 	// FunctionPoolSize is the number of pre-instantiated modules kept per
 	// WebAssembly module.
 	FunctionPoolSize int `toml:"function_pool_size"`
+	// MaxStarts is how many creates of a tier the node runs at once
+	// (default per tier: 4 per CPU for containers, 8 per CPU for
+	// functions, 1 per CPU for VMs); StartQueue caps the creates waiting
+	// for their turn (4096) and StartWaitS how long one may wait (10 s).
+	// Past them a create is refused with 429 overloaded and Retry-After.
+	MaxStarts  int `toml:"max_starts"`
+	StartQueue int `toml:"start_queue"`
+	StartWaitS int `toml:"start_wait_s"`
 }
 
 // Container configures the container tier of a node. Two daemons on one
@@ -337,6 +345,9 @@ func (c *Config) Validate() error {
 	}
 	if c.VM.BootTimeoutS < 0 {
 		return fmt.Errorf("vm.boot_timeout_s %d: want a positive number of seconds", c.VM.BootTimeoutS)
+	}
+	if c.Node.MaxStarts < 0 || c.Node.StartQueue < 0 || c.Node.StartWaitS < 0 {
+		return errors.New("node.max_starts, start_queue and start_wait_s: want positive numbers (0: the default)")
 	}
 	if c.MicroVM.UIDBase < 0 || c.MicroVM.MemoryOverheadMiB < 0 || c.MicroVM.Pids < 0 {
 		return errors.New("microvm.uid_base, memory_overhead_mib and pids: want positive numbers")

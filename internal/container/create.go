@@ -68,6 +68,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	}
 	err := r.startPhase(ctx, sb)
 	if err == nil {
+		// Running means an agent that answers: one that went away since
+		// its greeting is not handed out.
+		err = sb.alive()
+	}
+	if err == nil {
 		r.watch(sb)
 	}
 	r.mu.Lock()
@@ -83,6 +88,23 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 	return sb, nil
+}
+
+// CodeStartTimeout is the code of a create whose sandbox was not ready
+// by the start deadline (Options.ReadyTimeout): on a node starting too
+// much at once, not a fault of the sandbox's.
+const CodeStartTimeout = "sandbox_start_timeout"
+
+// startError is the error of a sandbox whose start failed with err
+// (everything it made is undone): retryable if its deadline ran out,
+// else internal.
+func startError(ctx context.Context, id string, err error) error {
+	if ctx.Err() != nil {
+		return &errdefs.Error{Class: errdefs.Unavailable, Code: CodeStartTimeout,
+			Msg:   fmt.Sprintf("sandbox %s was not ready in time: the node is busy; nothing was kept, retry later", id),
+			Cause: err, RetryAfter: time.Second}
+	}
+	return errdefs.Wrap(errdefs.Internal, "sandbox_start_failed", err, "sandbox %s did not start", id)
 }
 
 // startPhase applies the first of sb's phases, if it has any (nothing
@@ -271,7 +293,7 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 		})
 	}
 	if err != nil {
-		return nil, errdefs.Wrap(errdefs.Internal, "sandbox_start_failed", err, "sandbox %s did not start", spec.ID)
+		return nil, startError(ctx, spec.ID, err)
 	}
 	st.Pid = pid
 	if err := st.write(dir); err != nil {
@@ -449,10 +471,10 @@ func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *o
 		if errors.Is(err, errRefused) {
 			return 0, nil, err
 		}
-		// Dead, or out of step (a timed-out answer): another, once.
+		// Dead, or out of step (a timed-out answer): dropped.
 		r.log.Warn("dropping the zygote", "err", err)
 		r.dropZygote(z)
-		if attempt == 2 || ctx.Err() != nil {
+		if !retryFork(err) || attempt == 2 || ctx.Err() != nil {
 			return 0, nil, err
 		}
 	}
@@ -467,6 +489,14 @@ func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *o
 	}()
 	return cmd.Process.Pid, func() { <-done }, nil
 }
+
+// retryFork reports whether a fork the zygote failed may be asked of
+// another with the same descriptors: only if the first never got the
+// request. One that did may still fork it (its answer timed out, under
+// load): two processes would then hold the sandbox's config pipe and
+// connection, and the one that read the config could be the one not
+// placed in the sandbox's cgroups.
+func retryFork(err error) bool { return errors.Is(err, errNotSent) }
 
 // startFiles are the descriptors start hands the sandbox: its config
 // pipe, its sync pipe (where a failed setup writes its error) and one end

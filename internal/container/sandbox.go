@@ -54,6 +54,32 @@ func (s *Sandbox) agent() (*agentproto.Client, error) {
 	return s.client, nil
 }
 
+// alive fails, with a retryable error, if the agent's connection has
+// ended (a sandbox that create hands out must answer its first command).
+func (s *Sandbox) alive() error {
+	c, err := s.agent()
+	if err == nil {
+		err = c.Err()
+	}
+	if err != nil {
+		return &errdefs.Error{Class: errdefs.Unavailable, Code: "agent_gone", Cause: err, RetryAfter: time.Second,
+			Msg: fmt.Sprintf("the agent of sandbox %s went away while it started; nothing was kept, retry later", s.id)}
+	}
+	return nil
+}
+
+// ping checks the agent answers, within ctx or 5 s.
+func (s *Sandbox) ping(ctx context.Context) error {
+	c, err := s.agent()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = c.Hello(ctx)
+	return err
+}
+
 // Exec implements sandbox.Sandbox.
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecResult, error) {
 	c, err := s.agent()

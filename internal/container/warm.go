@@ -110,7 +110,12 @@ func (r *Runtime) claimWarm(ctx context.Context, spec sandbox.Spec) *Sandbox {
 	if sb == nil {
 		return nil
 	}
-	if err := r.makeWarmInto(ctx, sb, spec); err != nil {
+	err := r.makeWarmInto(ctx, sb, spec)
+	if err == nil {
+		// It waited in the pool: its agent must still answer.
+		err = sb.ping(ctx)
+	}
+	if err != nil {
 		r.log.Warn("claiming a warm sandbox", "sandbox", spec.ID, "err", err)
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 		return nil

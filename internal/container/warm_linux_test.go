@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,4 +125,56 @@ func readFile(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestWarmClaimNeedsAnAnswer: a warm sandbox whose agent no longer
+// answers (stopped here; under load, gone or stuck) is not handed out:
+// the create starts a sandbox of its own, whose first command runs.
+func TestWarmClaimNeedsAnAnswer(t *testing.T) {
+	dir := t.TempDir()
+	nm, _ := names(dir)
+	t.Cleanup(func() {
+		checkHost(t, dir)
+		noSandboxProcs(t, nm)
+	})
+	rt := newRuntime(t, dir, runtimeOptions{pool: 2, warm: 1})
+	ctx := context.Background()
+	img := world.image()
+	cold, err := rt.Create(ctx, sandbox.Spec{ID: "cold", Image: img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, rt, 1)
+	rt.warm.mu.Lock()
+	var pid int
+	for _, s := range rt.warm.sets {
+		for _, sb := range s.ready {
+			pid = sb.state.Pid
+		}
+	}
+	rt.warm.mu.Unlock()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	created, err := rt.Create(ctx, sandbox.Spec{ID: "fresh", Image: img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := created.(*Sandbox)
+	if sb.state.Pid == pid || sb.state.Prestarted {
+		t.Errorf("the create claimed the warm sandbox whose agent was stopped (pid %d)", pid)
+	}
+	ectx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if res, err := sb.Exec(ectx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"true"}}}); err != nil || res.ExitCode != 0 {
+		t.Errorf("the first command of the created sandbox: %+v, %v", res, err)
+	}
+	for _, s := range []sandbox.Sandbox{cold, created} {
+		if err := s.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rt.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -72,12 +72,17 @@ func startZygote(f *forker, bin *os.File) (*zygote, error) {
 // process: the connection is still in step.
 var errRefused = errors.New("refused")
 
+// errNotSent marks a request that never reached the zygote: asking
+// another zygote with the same descriptors is safe.
+var errNotSent = errors.New("the request was not sent")
+
 // start asks the zygote for a sandbox's first process; files are in
 // guest.ZygoteFD* order. It returns the process's pid. An error that is
 // not the zygote's answer (wrapping errRefused) leaves requests and
-// answers out of step: the caller must drop the zygote. (A process it
-// forked for a request it could not answer exits by itself: its config
-// pipe closes unread.)
+// answers out of step: the caller must drop the zygote. Unless the
+// error wraps errNotSent, the zygote has the request and may still fork
+// a process holding files. (A process it forked for a request it could
+// not answer exits by itself: its config pipe closes unread.)
 func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os.File) (int, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -94,8 +99,9 @@ func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os
 		deadline = time.Now().Add(30 * time.Second)
 	}
 	_ = z.conn.SetDeadline(deadline)
+	// A datagram of a SOCK_SEQPACKET socket is sent whole or not at all.
 	if _, _, err := z.conn.WriteMsgUnix(b, syscall.UnixRights(fds...), nil); err != nil {
-		return 0, fmt.Errorf("asking the zygote: %w", err)
+		return 0, fmt.Errorf("asking the zygote: %w: %w", errNotSent, err)
 	}
 	buf := make([]byte, 4096)
 	n, _, _, _, err := z.conn.ReadMsgUnix(buf, nil)

@@ -123,3 +123,31 @@ func TestOversight(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryableCreateErrors: a node's 429 and 503 answers to a create
+// mean nothing was made and carry a retry hint to the API (one second if
+// the node gave none); other failures are final.
+func TestRetryableCreateErrors(t *testing.T) {
+	for _, tt := range []struct {
+		err       error
+		retryable bool
+		hint      time.Duration
+	}{
+		{&errdefs.Error{Class: errdefs.RateLimited, Code: "overloaded", Msg: "busy", RetryAfter: 3 * time.Second}, true, 3 * time.Second},
+		{errdefs.New(errdefs.Unavailable, "agent_gone", "gone"), true, time.Second},
+		{errdefs.New(errdefs.Internal, "sandbox_start_failed", "no"), false, 0},
+		{errdefs.New(errdefs.DeadlineExceeded, "node_timeout", "slow"), false, 0},
+	} {
+		if got := retryable(tt.err); got != tt.retryable {
+			t.Errorf("retryable(%v) = %v", tt.err, got)
+			continue
+		}
+		if !tt.retryable {
+			continue
+		}
+		err := withRetryHint(tt.err)
+		if errdefs.RetryAfterOf(err) != tt.hint || errdefs.CodeOf(err) != errdefs.CodeOf(tt.err) || errdefs.ClassOf(err) != errdefs.ClassOf(tt.err) {
+			t.Errorf("withRetryHint(%v) = %v (%s, %v), want the same error with hint %v", tt.err, err, errdefs.CodeOf(err), errdefs.RetryAfterOf(err), tt.hint)
+		}
+	}
+}

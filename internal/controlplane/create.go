@@ -3,7 +3,9 @@ package controlplane
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"maps"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -219,11 +221,17 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 		Image: ref, Network: rec.Network, Phases: rec.Phases, Capabilities: rec.Capabilities,
 	})
 	if err != nil {
-		m.fail(cctx, rec.ID, "create failed: "+errdefs.MessageOf(err))
 		// The node may hold a half-made sandbox if the call timed out.
 		if errdefs.ClassOf(err) == errdefs.DeadlineExceeded || errdefs.ClassOf(err) == errdefs.Unavailable {
 			m.destroyOnNode(cctx, node, rec.ID)
 		}
+		if retryable(err) {
+			// Nothing of it is left: the record goes too, and the
+			// caller is told when to try again.
+			m.forget(cctx, rec, "create refused: "+errdefs.MessageOf(err))
+			return api.Sandbox{}, withRetryHint(err)
+		}
+		m.fail(cctx, rec.ID, "create failed: "+errdefs.MessageOf(err))
 		return api.Sandbox{}, err
 	}
 	out, err := m.transition(cctx, rec.ID, api.StatePending, api.StateRunning, "")
@@ -262,4 +270,45 @@ func validateNetwork(req *api.CreateSandboxRequest) error {
 		return errdefs.New(errdefs.Unsupported, "tier_has_no_network", "the function tier has no network: egress %q needs the container tier or a VM tier", req.Network.Egress)
 	}
 	return nil
+}
+
+// retryable reports whether a node's answer to a create means that the
+// create made nothing and may succeed later: the node refused it for
+// now (its admission, RateLimited) or could not start it and undid it
+// (Unavailable). The node's Create promises both; for an unreachable
+// node the control plane has also asked it to destroy the sandbox.
+func retryable(err error) bool {
+	c := errdefs.ClassOf(err)
+	return c == errdefs.RateLimited || c == errdefs.Unavailable
+}
+
+// withRetryHint gives a retryable error a retry hint (the API's
+// Retry-After) if the node did not: clients retry a 503 only when told
+// when.
+func withRetryHint(err error) error {
+	if errdefs.RetryAfterOf(err) > 0 {
+		return err
+	}
+	var e *errdefs.Error
+	if errors.As(err, &e) {
+		c := *e
+		c.RetryAfter = time.Second
+		return &c
+	}
+	return &errdefs.Error{Class: errdefs.ClassOf(err), Code: errdefs.CodeOf(err), Msg: errdefs.MessageOf(err), Cause: err, RetryAfter: time.Second}
+}
+
+// forget removes the record of a create that made nothing: the caller
+// never saw its ID and retries with a new one, so a failed record would
+// only be noise in listings. The lifecycle stream still says it failed.
+func (m *Manager) forget(ctx context.Context, rec store.SandboxRecord, reason string) {
+	if err := m.st.PurgeSandbox(ctx, rec.ID); err != nil {
+		m.log.Warn("removing the record of a refused create", "sandbox", rec.ID, "err", err)
+		m.fail(ctx, rec.ID, reason)
+		return
+	}
+	// The store's watch removes it too, once it delivers the purge.
+	m.cache.remove(rec.ID, math.MaxUint64)
+	rec.State = api.StateFailed
+	m.event(rec, api.StatePending, reason)
 }

@@ -261,6 +261,8 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 		ID: d.cfg.Node.ID, Registry: reg, Logger: d.log, Version: d.build.Version, MaxSandboxes: d.cfg.Node.MaxSandboxes,
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "state"), Layers: layers,
 		Monitor: d.info.Monitor, Guard: d.info.Guard,
+		Starts: node.StartLimits{Slots: d.cfg.Node.MaxStarts, Queue: d.cfg.Node.StartQueue,
+			Wait: time.Duration(d.cfg.Node.StartWaitS) * time.Second},
 	})
 	if err != nil {
 		return err

@@ -38,6 +38,10 @@ type Options struct {
 	Heartbeat time.Duration
 	// MaxConcurrent caps requests handled at once. Default 4096.
 	MaxConcurrent int
+	// Starts bounds each tier's creates in flight on this node and those
+	// waiting for their turn (admission.go); zero fields take each tier's
+	// defaults.
+	Starts StartLimits
 	// Monitor and Guard are the states of the node's eBPF monitor and
 	// cgroup-bpf guard, for its status.
 	Monitor, Guard string
@@ -61,6 +65,9 @@ type Agent struct {
 	writes    map[string]*writeSession
 
 	state *stateDir
+
+	gmu   sync.Mutex       // guards following field
+	gates map[string]*gate // admission of creates, by tier
 
 	sem    chan struct{}
 	wg     sync.WaitGroup // request handlers and background loops
@@ -103,6 +110,7 @@ func New(opt Options) (*Agent, error) {
 		calls:     map[string]context.CancelFunc{},
 		reads:     map[string]*readSession{},
 		writes:    map[string]*writeSession{},
+		gates:     map[string]*gate{},
 		sem:       make(chan struct{}, opt.MaxConcurrent),
 	}, nil
 }
@@ -176,12 +184,26 @@ func (a *Agent) Stop(ctx context.Context, hb heartbeatSink) {
 	}
 }
 
-// Create creates a sandbox.
+// Create creates a sandbox, once the tier's admission lets it start. An
+// error of class RateLimited or Unavailable means nothing of it is left
+// on the node: the caller may retry.
 func (a *Agent) Create(ctx context.Context, req noderpc.CreateRequest) error {
 	rt, err := a.opt.Registry.Lookup(req.Tier)
 	if err != nil {
 		return err
 	}
+	leave, err := a.gateFor(req.Tier).enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if err := a.create(ctx, rt, req); err != nil {
+		return transient(err)
+	}
+	return nil
+}
+
+func (a *Agent) create(ctx context.Context, rt sandbox.Runtime, req noderpc.CreateRequest) error {
 	a.mu.Lock()
 	if _, dup := a.sandboxes[req.ID]; dup {
 		a.mu.Unlock()

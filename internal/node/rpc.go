@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -22,7 +23,8 @@ func (a *Agent) dispatch(ctx context.Context, m *nats.Msg) {
 	select {
 	case a.sem <- struct{}{}:
 	default:
-		a.replyErr(m, errdefs.New(errdefs.Unavailable, "node_busy", "node %s is handling too many requests", a.opt.ID))
+		a.replyErr(m, &errdefs.Error{Class: errdefs.Unavailable, Code: "node_busy",
+			Msg: fmt.Sprintf("node %s is handling too many requests", a.opt.ID), RetryAfter: time.Second})
 		return
 	}
 	a.wg.Add(1)

@@ -28,6 +28,23 @@ func TestErrorRoundTrip(t *testing.T) {
 	}
 }
 
+// TestErrorRetryAfterRoundTrip: a node's retry hint (an overloaded
+// node's admission) reaches the control plane, which turns it into the
+// API's Retry-After.
+func TestErrorRetryAfterRoundTrip(t *testing.T) {
+	m := &nats.Msg{}
+	EncodeError(m, &errdefs.Error{Class: errdefs.RateLimited, Code: "overloaded", Msg: "busy", RetryAfter: 2500 * time.Millisecond})
+	err := DecodeError(m)
+	if got := errdefs.RetryAfterOf(err); got != 2500*time.Millisecond || !errors.Is(err, errdefs.RateLimited) {
+		t.Errorf("decoded %v with retry hint %v, want rate_limited with 2.5s", err, got)
+	}
+	m = &nats.Msg{}
+	EncodeError(m, errdefs.New(errdefs.Unavailable, "x", "no hint"))
+	if got := errdefs.RetryAfterOf(DecodeError(m)); got != 0 {
+		t.Errorf("an error without a hint decoded with %v", got)
+	}
+}
+
 func TestValidNodeID(t *testing.T) {
 	for id, ok := range map[string]bool{"node-1": true, "a_b": true, "": false, "a.b": false, "a*": false, "a>": false, "x y": false} {
 		if ValidNodeID(id) != ok {

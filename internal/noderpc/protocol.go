@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -53,6 +55,8 @@ const (
 const (
 	HdrErrClass = "Dsec-Err-Class"
 	HdrErrCode  = "Dsec-Err-Code"
+	// HdrErrRetryAfter is an error's retry hint in milliseconds.
+	HdrErrRetryAfter = "Dsec-Err-Retry-After-Ms"
 	// HdrKind marks the messages of an exec reply: stdout, stderr, exit.
 	HdrKind = "Dsec-Kind"
 	// HdrSeq numbers the messages of an exec reply from 1, so a lost
@@ -198,6 +202,9 @@ func EncodeError(msg *nats.Msg, err error) {
 	}
 	msg.Header.Set(HdrErrClass, string(errdefs.ClassOf(err)))
 	msg.Header.Set(HdrErrCode, errdefs.CodeOf(err))
+	if d := errdefs.RetryAfterOf(err); d > 0 {
+		msg.Header.Set(HdrErrRetryAfter, strconv.FormatInt(d.Milliseconds(), 10))
+	}
 	msg.Data = []byte(errdefs.MessageOf(err))
 }
 
@@ -210,7 +217,11 @@ func DecodeError(msg *nats.Msg) error {
 		}
 		return nil
 	}
-	return errdefs.New(errdefs.ParseClass(class), msg.Header.Get(HdrErrCode), "%s", msg.Data)
+	e := errdefs.New(errdefs.ParseClass(class), msg.Header.Get(HdrErrCode), "%s", msg.Data)
+	if ms, err := strconv.ParseInt(msg.Header.Get(HdrErrRetryAfter), 10, 64); err == nil && ms > 0 {
+		e.RetryAfter = time.Duration(ms) * time.Millisecond
+	}
+	return e
 }
 
 // errNoResponders maps NATS's "nobody is listening" to a node error.

@@ -186,33 +186,61 @@ class Call:
         return self.body is None or self.body.rewind()
 
 
-def backoff(opts: ClientOptions, attempt: int) -> float:
-    """Exponential backoff with jitter for retry number attempt (0-based)."""
-    delay: float = min(opts.backoff_max, opts.backoff_base * (2**attempt))
-    return delay * random.uniform(0.5, 1.0)
+def backoff(opts: ClientOptions, attempt: int, retry_after: float | None = None) -> float:
+    """Seconds to wait before retry number attempt (0-based).
+
+    Exponential (backoff_base doubling, at most backoff_max), jittered over
+    its upper half; or, when the server said when to come back and that is
+    longer, its Retry-After plus up to a quarter more at random, so that
+    many clients told the same do not all come back in the same instant.
+    """
+    delay: float = min(opts.backoff_max, opts.backoff_base * (2**min(attempt, 32)))
+    if retry_after is None or retry_after <= 0:
+        return delay * random.uniform(0.5, 1.0)
+    delay = max(delay, retry_after)
+    return delay * random.uniform(1.0, 1.25)
 
 
-def error_retry_delay(opts: ClientOptions, call: Call, err: SandboxError, attempt: int) -> float | None:
+def _within(opts: ClientOptions, elapsed: float, delay: float) -> float | None:
+    """delay, or None if waiting it would pass the call's retry budget."""
+    if opts.retry_timeout is not None and elapsed + delay > opts.retry_timeout:
+        return None
+    return delay
+
+
+def error_retry_delay(
+    opts: ClientOptions, call: Call, err: SandboxError, attempt: int, elapsed: float = 0.0
+) -> float | None:
     """Seconds to wait before retrying call after the server answered err, or None.
 
-    429 is always retried (the server did not act on the request); so is 503
-    when the server says when to retry. Retry-After is honoured.
+    elapsed is the time since the call's first attempt; no retry starts past
+    the retry budget (ClientOptions.retry_timeout). Retried:
+
+    - 429: the server did not act on the request (it is overloaded, or
+      rate-limits the token), except ``too_many_sandboxes``, which lasts
+      until the caller deletes sandboxes;
+    - 503 with Retry-After: the server did nothing and says when to come
+      back (e.g. a create that could not start for a transient reason);
+      503 without it only for idempotent requests.
+
+    Retry-After is honoured; a longer one than retry_after_max is not
+    waited for.
     """
     if attempt >= opts.max_retries:
         return None
     if isinstance(err, RateLimitError):
+        if err.code == "too_many_sandboxes":
+            return None
         retry_after = err.retry_after
-    elif isinstance(err, ServerError) and err.status == 503 and err.retry_after is not None:
+    elif isinstance(err, ServerError) and err.status == 503:
         retry_after = err.retry_after
+        if retry_after is None and not call.idempotent:
+            return None
     else:
         return None
-    if retry_after is None:
-        return backoff(opts, attempt)
-    if retry_after > opts.retry_after_max:
+    if retry_after is not None and retry_after > opts.retry_after_max:
         return None
-    # A little jitter on top, so that many clients told the same do not
-    # all come back in the same instant.
-    return retry_after + random.uniform(0, 0.1 * retry_after + 0.05)
+    return _within(opts, elapsed, backoff(opts, attempt, retry_after))
 
 
 # Failures that happen before the request leaves: safe to retry for any method.
@@ -220,7 +248,7 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def transport_retry_delay(
-    opts: ClientOptions, call: Call, exc: httpx.TransportError, attempt: int
+    opts: ClientOptions, call: Call, exc: httpx.TransportError, attempt: int, elapsed: float = 0.0
 ) -> float | None:
     """Seconds to wait before retrying call after a transport failure, or None.
 
@@ -231,9 +259,9 @@ def transport_retry_delay(
     if attempt >= opts.max_retries:
         return None
     if isinstance(exc, _NOT_SENT):
-        return backoff(opts, attempt)
+        return _within(opts, elapsed, backoff(opts, attempt))
     if isinstance(exc, httpx.TimeoutException):
         return None
     if call.idempotent:
-        return backoff(opts, attempt)
+        return _within(opts, elapsed, backoff(opts, attempt))
     return None

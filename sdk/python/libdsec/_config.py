@@ -66,11 +66,14 @@ class ClientOptions:
     keepalive_expiry: float = 15.0
     # Retries after the first attempt, for 429, 503 with Retry-After, and
     # transport errors where a retry is safe.
-    max_retries: int = 5
+    max_retries: int = 10
     backoff_base: float = 0.2
     backoff_max: float = 10.0
     # A Retry-After longer than this is not waited for: the error is raised.
     retry_after_max: float = 60.0
+    # No retry starts this long after a call's first attempt (None: no
+    # bound but max_retries).
+    retry_timeout: float | None = 120.0
 
     def __post_init__(self) -> None:
         if self.request_timeout <= 0:
@@ -79,3 +82,5 @@ class ClientOptions:
             raise InvalidArgumentError("max_connections must be at least 1")
         if self.max_retries < 0:
             raise InvalidArgumentError("max_retries must be >= 0")
+        if self.retry_timeout is not None and self.retry_timeout < 0:
+            raise InvalidArgumentError("retry_timeout must be >= 0 or None")

@@ -32,6 +32,8 @@ class _Base:
     """What Client and AsyncClient share: options, headers, request building."""
 
     _default_max_connections = 100
+    # Idle connections kept open; None: as many as max_connections.
+    _default_max_keepalive: int | None = None
 
     def __init__(
         self,
@@ -41,21 +43,23 @@ class _Base:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         max_connections: int | None = None,
         max_keepalive_connections: int | None = None,
-        max_retries: int = 5,
+        max_retries: int = 10,
         backoff_base: float = 0.2,
         backoff_max: float = 10.0,
         retry_after_max: float = 60.0,
+        retry_timeout: float | None = 120.0,
     ) -> None:
         self.options = ClientOptions(
             url=resolve_url(url),
             token=resolve_token(token),
             request_timeout=request_timeout,
             max_connections=max_connections or self._default_max_connections,
-            max_keepalive_connections=max_keepalive_connections,
+            max_keepalive_connections=max_keepalive_connections or self._default_max_keepalive,
             max_retries=max_retries,
             backoff_base=backoff_base,
             backoff_max=backoff_max,
             retry_after_max=retry_after_max,
+            retry_timeout=retry_timeout,
         )
         self._closed = False
 
@@ -161,7 +165,10 @@ class Client(_Base):
         request_timeout: default timeout of a request, in seconds.
         max_connections: size of the pool (default 100).
         max_retries: retries for 429 (honouring Retry-After), 503 with
-            Retry-After, and connection failures where a retry is safe.
+            Retry-After, and connection failures where a retry is safe
+            (default 10).
+        retry_timeout: no retry starts this many seconds after a call's
+            first attempt (default 120; None: only max_retries bounds them).
     """
 
     _shared: dict[tuple[str, str], Client] = {}
@@ -209,13 +216,14 @@ class Client(_Base):
         response.
         """
         attempt = 0
+        start = time.monotonic()
         while True:
             content = call.body.sync_content() if call.body is not None else None
             request = self._http.build_request(call.method, call.path, **self._build_kwargs(call, content))
             try:
                 resp = self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
-                delay = transport_retry_delay(self.options, call, exc, attempt)
+                delay = transport_retry_delay(self.options, call, exc, attempt, time.monotonic() - start)
                 if delay is None or not call.can_resend():
                     raise wrap_transport_error(exc, call.what) from exc
             else:
@@ -228,7 +236,7 @@ class Client(_Base):
                 finally:
                     resp.close()
                 err = error_from_response(resp)
-                delay = error_retry_delay(self.options, call, err, attempt)
+                delay = error_retry_delay(self.options, call, err, attempt, time.monotonic() - start)
                 if delay is None or not call.can_resend():
                     raise err
             time.sleep(delay)
@@ -255,13 +263,19 @@ class AsyncClient(_Base):
     """A connection pool to one DSec server, for :class:`~libdsec.AsyncSandbox`.
 
     Like :class:`Client`, on ``httpx.AsyncClient``; the pool defaults to 1000
-    connections so that a thousand concurrent sandboxes do not queue. It
+    connections so that a thousand concurrent sandboxes do not queue, of
+    which 32 are kept open while idle (``max_keepalive_connections``). It
     belongs to the event loop that first uses it. Close it with
     ``await client.aclose()`` (or ``async with``); close the shared ones of
     the running loop with ``await AsyncClient.aclose_shared()``.
     """
 
     _default_max_connections = 1000
+    # httpx's pool checks every idle connection on each request (a few
+    # system calls each): with a thousand kept idle, an asyncio burst of
+    # creates spent more CPU in the client than the server did. Fewer
+    # idle ones cost a reconnect now and then.
+    _default_max_keepalive = 32
     _shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], AsyncClient]] = (
         weakref.WeakKeyDictionary()
     )
@@ -305,13 +319,14 @@ class AsyncClient(_Base):
     async def send(self, call: Call, *, stream: bool = False) -> httpx.Response:
         """As Client.send."""
         attempt = 0
+        start = time.monotonic()
         while True:
             content = call.body.async_content() if call.body is not None else None
             request = self._http.build_request(call.method, call.path, **self._build_kwargs(call, content))
             try:
                 resp = await self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
-                delay = transport_retry_delay(self.options, call, exc, attempt)
+                delay = transport_retry_delay(self.options, call, exc, attempt, time.monotonic() - start)
                 if delay is None or not call.can_resend():
                     raise wrap_transport_error(exc, call.what) from exc
             else:
@@ -324,7 +339,7 @@ class AsyncClient(_Base):
                 finally:
                     await resp.aclose()
                 err = error_from_response(resp)
-                delay = error_retry_delay(self.options, call, err, attempt)
+                delay = error_retry_delay(self.options, call, err, attempt, time.monotonic() - start)
                 if delay is None or not call.can_resend():
                     raise err
             await asyncio.sleep(delay)

@@ -443,12 +443,18 @@ def test_retry_policy() -> None:
     get = Call("GET", "/v1/sandboxes", 30)
     rl = RateLimitError("slow", status=429, retry_after=1.0)
     d = error_retry_delay(o, post, rl, 0)
-    assert d is not None and 1.0 <= d <= 1.2
+    assert d is not None and 1.0 <= d <= 1.25
     assert error_retry_delay(o, post, rl, 2) is None  # out of attempts
     assert error_retry_delay(o, post, RateLimitError("x", retry_after=3600), 0) is None  # too long to wait
     assert error_retry_delay(o, get, NotFoundError("x", status=404), 0) is None
     assert error_retry_delay(o, get, ServerError("x", status=500), 0) is None
     assert error_retry_delay(o, post, ServerError("x", status=503, retry_after=0.5), 0) is not None
+    # A quota waits for the caller's deletes, not for time.
+    assert error_retry_delay(o, post, RateLimitError("x", code="too_many_sandboxes", retry_after=1.0), 0) is None
+    # 503 without Retry-After: only what is safe to repeat.
+    gone = ServerError("agent gone", code="agent_gone", status=503)
+    assert error_retry_delay(o, post, gone, 0) is None
+    assert error_retry_delay(o, get, gone, 0) is not None
     req = httpx.Request("GET", "http://x")
     broken = httpx.RemoteProtocolError("server disconnected", request=req)
     assert transport_retry_delay(o, get, broken, 0) is not None
@@ -456,6 +462,28 @@ def test_retry_policy() -> None:
     assert transport_retry_delay(o, post, broken, 0) is None  # may have run: never resent
     assert transport_retry_delay(o, post, httpx.ConnectError("refused", request=req), 0) is not None
     assert transport_retry_delay(o, get, httpx.ReadTimeout("slow", request=req), 0) is None
+
+
+def test_retry_backoff_and_budget() -> None:
+    o = _opts(max_retries=50, backoff_base=0.2, backoff_max=10.0, retry_timeout=30.0)
+    post = Call("POST", "/v1/sandboxes", 30)
+    overloaded = RateLimitError("busy", code="overloaded", status=429, retry_after=1.0)
+    for _ in range(200):
+        # Retry-After is a floor; later attempts back off exponentially past it.
+        d0 = error_retry_delay(o, post, overloaded, 0)
+        assert d0 is not None and 1.0 <= d0 <= 1.25
+        d5 = error_retry_delay(o, post, overloaded, 5)
+        assert d5 is not None and 6.4 <= d5 <= 8.0
+        d9 = error_retry_delay(o, post, overloaded, 9)
+        assert d9 is not None and 10.0 <= d9 <= 12.5
+    # Spread out: a thousand clients told "1 s" do not return together.
+    assert len({round(error_retry_delay(o, post, overloaded, 0) or 0, 3) for _ in range(100)}) > 50
+    # No retry starts past the budget.
+    assert error_retry_delay(o, post, overloaded, 1, elapsed=29.5) is None
+    assert error_retry_delay(o, post, overloaded, 1, elapsed=5.0) is not None
+    assert error_retry_delay(_opts(retry_timeout=None), post, overloaded, 1, elapsed=1e6) is not None
+    req = httpx.Request("POST", "http://x")
+    assert transport_retry_delay(o, post, httpx.ConnectError("refused", request=req), 0, elapsed=31.0) is None
 
 
 def _mock_client(handler: Any, **options: Any) -> libdsec.Client:
