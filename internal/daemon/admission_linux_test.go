@@ -142,5 +142,6 @@ func burst(n int, fn func()) {
 			fn()
 		}()
 	}
+	// bounded: every fn is an API call through a client with its own deadline
 	wg.Wait()
 }
