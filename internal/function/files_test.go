@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -186,5 +187,27 @@ func TestFilesDownloadBounded(t *testing.T) {
 	cancel()
 	if n, err := io.Copy(io.Discard, rc); err == nil {
 		t.Errorf("a download whose request ended read %d bytes and no error", n)
+	}
+}
+
+// TestFilesListCap: a listing stops at sandbox.MaxListEntries entries,
+// as on the agent tiers, instead of building a reply of any size.
+func TestFilesListCap(t *testing.T) {
+	rt := newRuntime(t, t.TempDir(), Options{})
+	sb := create(t, rt, func(s *sandbox.Spec) { s.DiskMB = 256 })
+	dir := filepath.Join(sb.workDir, "many")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range sandbox.MaxListEntries + 1 {
+		f, err := os.Create(filepath.Join(dir, strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	_, err := sb.Files().List(context.Background(), "many", 1)
+	if !errors.Is(err, errdefs.TooLarge) || errdefs.CodeOf(err) != sandbox.CodeTooManyEntries {
+		t.Errorf("List of %d entries: %v, want TooLarge too_many_entries", sandbox.MaxListEntries+1, err)
 	}
 }
