@@ -99,8 +99,9 @@ type Phase struct {
 	// CreateSandboxRequest.Capabilities). Default: none.
 	Capabilities []string `json:"capabilities,omitempty"`
 	// Executables, if set, are the only programs that may run in this
-	// phase: absolute paths of files, or of directories followed by "/*"
-	// (every file directly in one). The file the kernel executes counts
+	// phase: absolute paths of files, of directories followed by "/*"
+	// (every file directly in one), or of directories followed by "/**"
+	// (every file below one, at any depth). The file the kernel executes counts
 	// (a symlink's target, a script's interpreter), wherever it was
 	// called from; any other exec is killed before it runs and audited
 	// (rule exec-not-allowed). On the function tier they name the

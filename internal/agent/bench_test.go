@@ -5,7 +5,6 @@ package agent_test
 import (
 	"bufio"
 	"context"
-	"github.com/dsec-dev/dsec/internal/testenv"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // BenchmarkExecRoundTrip measures a minimal exec (/bin/true) from Client

@@ -51,6 +51,9 @@ func TestConformance(t *testing.T) {
 			WriteFile: func(p string) []string {
 				return sh(`exec cat > "$DSEC_TEST_ROOT$1"`, p)
 			},
+			MkFifo: func(p string) []string {
+				return sh(`exec mkfifo -- "$DSEC_TEST_ROOT$1"`, p)
+			},
 			AllocMB: func(mb int) []string {
 				return sh(`ulimit -v $(( (DSEC_TEST_MEM_MB + 32) * 1024 )) && exec dd if=/dev/zero of=/dev/null bs="$1"M count=1 status=none`, strconv.Itoa(mb))
 			},

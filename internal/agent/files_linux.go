@@ -49,37 +49,7 @@ func isNotExist(err error) bool {
 }
 
 // fileError classifies an error of an operation on the file at abs.
-func fileError(abs string, err error) error {
-	var de *errdefs.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &de):
-		return err
-	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
-		return errdefs.Wrap(errdefs.TooLarge, "workspace_full", err, "the sandbox's disk is full")
-	case isNotExist(err):
-		return errdefs.Wrap(errdefs.NotFound, "file_not_found", err, "%s does not exist", abs)
-	case errors.Is(err, syscall.ENOTEMPTY): // before ErrExist, which it matches
-		return errdefs.Wrap(errdefs.Conflict, "directory_not_empty", err, "%s is a directory that is not empty", abs)
-	case errors.Is(err, fs.ErrExist):
-		return errdefs.Wrap(errdefs.Conflict, "file_exists", err, "%s already exists", abs)
-	case errors.Is(err, syscall.EISDIR):
-		return errdefs.Wrap(errdefs.Invalid, "is_a_directory", err, "%s is a directory", abs)
-	case errors.Is(err, syscall.EROFS):
-		return errdefs.Wrap(errdefs.PermissionDenied, "read_only", err, "%s is on a read-only file system", abs)
-	case errors.Is(err, fs.ErrPermission):
-		return errdefs.Wrap(errdefs.PermissionDenied, "permission_denied", err, "permission denied on %s", abs)
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return errdefs.Wrap(errdefs.Unavailable, "canceled", err, "the operation on %s was cancelled", abs)
-	}
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		// os.Root's refusal of a path leading out of the root.
-		return errdefs.Wrap(errdefs.Invalid, "path_outside_root", err, "%s leads outside the sandbox", abs)
-	}
-	return err
-}
+func fileError(abs string, err error) error { return sandbox.FileError(abs, err) }
 
 func (a *agent) statPath(abs, rel string) (api.FileInfo, error) {
 	info, err := sandbox.Lstat(a.root, abs, rel)
@@ -99,32 +69,26 @@ func (a *agent) open(c *agentproto.Call) {
 		c.Reply(nil, err)
 		return
 	}
-	fh, err := a.root.Open(rel)
+	fh, fi, err := sandbox.OpenRegular(a.root, abs, rel)
 	if err != nil {
-		c.Reply(nil, fileError(abs, err))
+		c.Reply(nil, err)
 		return
 	}
 	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		c.Reply(nil, fileError(abs, err))
-		return
-	}
-	if !fi.Mode().IsRegular() {
-		if fi.IsDir() {
-			c.Reply(nil, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs))
-			return
-		}
-		c.Reply(nil, errdefs.New(errdefs.Invalid, "not_a_file", "%s is not a regular file", abs))
-		return
-	}
 	if err := c.Event(sandbox.FileInfo(abs, fi)); err != nil {
 		c.Reply(nil, err)
 		return
 	}
+	// The size at open bounds the download: a file that grows meanwhile
+	// (a log being written) is cut there, as the node announces.
+	r := io.LimitReader(fh, fi.Size())
 	for {
+		if err := c.Context().Err(); err != nil {
+			c.Reply(nil, fileError(abs, err))
+			return
+		}
 		buf := make([]byte, agentproto.ChunkSize)
-		n, err := io.ReadFull(fh, buf)
+		n, err := io.ReadFull(r, buf)
 		if n > 0 {
 			if err := c.Send(agentproto.ChanOut, buf[:n]); err != nil {
 				c.Reply(nil, err)
@@ -160,7 +124,7 @@ func (a *agent) writeFile(c *agentproto.Call, args agentproto.WriteArgs) (api.Fi
 		return api.FileInfo{}, err
 	}
 	if rel == "." {
-		return api.FileInfo{}, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs)
+		return api.FileInfo{}, errdefs.New(errdefs.Invalid, sandbox.CodeIsADirectory, "%s is a directory", abs)
 	}
 	dir := path.Dir(rel)
 	if args.Parents && dir != "." {
@@ -169,7 +133,7 @@ func (a *agent) writeFile(c *agentproto.Call, args agentproto.WriteArgs) (api.Fi
 		}
 	}
 	if fi, err := a.root.Lstat(rel); err == nil && fi.IsDir() {
-		return api.FileInfo{}, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs)
+		return api.FileInfo{}, errdefs.New(errdefs.Invalid, sandbox.CodeIsADirectory, "%s is a directory", abs)
 	}
 	mode := fs.FileMode(args.Mode).Perm()
 	if args.Mode == 0 {
@@ -182,7 +146,7 @@ func (a *agent) writeFile(c *agentproto.Call, args agentproto.WriteArgs) (api.Fi
 	tmp := path.Join(dir, ".dsec-write-"+hex.EncodeToString(suffix[:]))
 	fh, err := a.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if isNotExist(err) {
-		return api.FileInfo{}, errdefs.New(errdefs.NotFound, "parent_not_found",
+		return api.FileInfo{}, errdefs.New(errdefs.NotFound, sandbox.CodeParentNotFound,
 			"directory %s does not exist (write with parents to create it)", path.Dir(abs))
 	}
 	if err != nil {
@@ -206,7 +170,7 @@ func (a *agent) writeFile(c *agentproto.Call, args agentproto.WriteArgs) (api.Fi
 		}
 		n += int64(len(b))
 		if args.MaxBytes > 0 && n > args.MaxBytes {
-			return api.FileInfo{}, errdefs.New(errdefs.TooLarge, "file_too_large", "%s would be larger than %d bytes", abs, args.MaxBytes)
+			return api.FileInfo{}, errdefs.New(errdefs.TooLarge, sandbox.CodeFileTooLarge, "%s would be larger than %d bytes", abs, args.MaxBytes)
 		}
 		if _, err := fh.Write(b); err != nil {
 			return api.FileInfo{}, fileError(abs, err)
@@ -244,7 +208,7 @@ func (a *agent) list(c *agentproto.Call) {
 		return
 	}
 	if !fi.IsDir() {
-		c.Reply(nil, errdefs.New(errdefs.Invalid, "not_a_directory", "%s is not a directory", abs))
+		c.Reply(nil, errdefs.New(errdefs.Invalid, sandbox.CodeNotADirectory, "%s is not a directory", abs))
 		return
 	}
 	var out []api.FileInfo
@@ -282,8 +246,8 @@ func (a *agent) walk(ctx context.Context, abs, rel string, depth int, out *[]api
 		if err != nil {
 			return err
 		}
-		if len(*out) >= agentproto.MaxListEntries {
-			return errdefs.New(errdefs.TooLarge, "too_many_entries", "the listing has more than %d entries; list less deep", agentproto.MaxListEntries)
+		if len(*out) >= sandbox.MaxListEntries {
+			return errdefs.New(errdefs.TooLarge, sandbox.CodeTooManyEntries, "the listing has more than %d entries; list less deep", sandbox.MaxListEntries)
 		}
 		*out = append(*out, info)
 		if info.Type == api.FileTypeDir && depth > 1 {
@@ -370,7 +334,7 @@ func (a *agent) remove(c *agentproto.Call) {
 		return
 	}
 	if rel == "." {
-		c.Reply(nil, errdefs.New(errdefs.Invalid, "path_is_root", "%s cannot be removed", fileRoot))
+		c.Reply(nil, errdefs.New(errdefs.Invalid, sandbox.CodePathIsRoot, "%s cannot be removed", fileRoot))
 		return
 	}
 	if _, err := a.root.Lstat(rel); err != nil {
@@ -409,7 +373,7 @@ func (a *agent) rename(c *agentproto.Call) {
 		return
 	}
 	if fromRel == "." || toRel == "." {
-		c.Reply(nil, errdefs.New(errdefs.Invalid, "path_is_root", "%s cannot be renamed or replaced", fileRoot))
+		c.Reply(nil, errdefs.New(errdefs.Invalid, sandbox.CodePathIsRoot, "%s cannot be renamed or replaced", fileRoot))
 		return
 	}
 	if _, err := a.root.Lstat(fromRel); err != nil {

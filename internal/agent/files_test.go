@@ -207,3 +207,34 @@ func TestStats(t *testing.T) {
 	c.Signal(ctx, p.Pid, "KILL")
 	c.Wait(ctx, p.Pid)
 }
+
+// TestFilesDownloadBoundedBySize: a download ends at the size the file
+// had when it was opened, however much is appended meanwhile (a log
+// being written would otherwise stream for as long as it grows).
+func TestFilesDownloadBoundedBySize(t *testing.T) {
+	c, r := newAgent(t, agent.Options{})
+	ctx := ctxT(t, 60*time.Second)
+	host := filepath.Join(r.root, "workspace", "growing")
+	first := bytes.Repeat([]byte("a"), 4<<20)
+	if err := os.WriteFile(host, first, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc, fi, err := c.Open(ctx, "/workspace/growing")
+	if err != nil || fi.Size != int64(len(first)) {
+		t.Fatalf("Open = %+v, %v", fi, err)
+	}
+	defer rc.Close()
+	f, err := os.OpenFile(host, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Write(bytes.Repeat([]byte("b"), 8<<20))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	if err != nil || !bytes.Equal(got, first) {
+		t.Errorf("download = %d bytes (%d past the size at open), %v; want the %d bytes of the open", len(got), len(got)-len(first), err, len(first))
+	}
+}

@@ -76,8 +76,11 @@ func (r *runningAgent) stop() error {
 	var err error
 	r.once.Do(func() {
 		r.cancel()
-		// bounded: run returns once cancelled (its stop is the test's cleanup)
-		err = <-r.done
+		select {
+		case err = <-r.done:
+		case <-time.After(30 * time.Second):
+			err = fmt.Errorf("the agent on %s did not stop within 30s of its cancel", r.socket)
+		}
 	})
 	return err
 }

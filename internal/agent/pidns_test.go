@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/dsec-dev/dsec/internal/testenv"
 	"io"
 	"net"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 func TestRequireOutsidePIDNamespace(t *testing.T) {

@@ -86,8 +86,12 @@ func (a *app) imageCreateCmd() *cobra.Command {
 		Short: "Compose an image from layers and name it",
 		Long: `Compose an image from layers (each a name:version or layer ID) and name it
 NAME:TAG; print its ID. The layers are, bottom first: --base, --workspace,
---toolkit, then each --layer ROLE=REF in the order given. The tag moves if it
-named another image; image IDs never change.`,
+--toolkit, then each --layer ROLE=REF in the order given. --base may also
+name an image (e.g. debian-12): its layers are the new image's bottom ones.
+An image the container tier may run (no --tier, or --tier container) needs
+the in-sandbox agent: if none of its layers has it, the server adds its
+toolkit/dsec-guest layer on top (give --tier for images meant only for other
+tiers). The tag moves if it named another image; image IDs never change.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			extra, err := parseLayers(layers)
@@ -121,7 +125,7 @@ named another image; image IDs never change.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&base, "base", "", "base layer (e.g. base/busybox:VERSION)")
+	fs.StringVar(&base, "base", "", "base layer (e.g. base/debian-12:VERSION), or an image whose layers to build on (e.g. debian-12)")
 	fs.StringVar(&workspace, "workspace", "", "workspace layer")
 	fs.StringVar(&toolkit, "toolkit", "", "toolkit layer (e.g. toolkit/wasm-tools:VERSION)")
 	fs.StringArrayVar(&layers, "layer", nil, "another layer ROLE=REF, above the others (repeatable)")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/monitor"
+	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
 // Audit events the node sees itself, besides the kernel monitor's: what
@@ -62,7 +63,7 @@ func (s *Sandbox) recordProcess(phase, kind string, pid int) {
 // led out of the sandbox's root: as asked, or through the sandbox's
 // symlinks.
 func (s *Sandbox) refused(op, p string, err error) error {
-	if errdefs.CodeOf(err) == "path_outside_root" {
+	if errdefs.CodeOf(err) == sandbox.CodePathOutsideRoot {
 		s.record(monitor.Event{Kind: monitor.KindFileAPI, Syscall: op, Path: p})
 	}
 	return err

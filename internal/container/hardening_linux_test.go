@@ -3,7 +3,6 @@ package container
 import (
 	"context"
 	"fmt"
-	"github.com/dsec-dev/dsec/internal/testenv"
 	"os"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // TestCommandsHoldNoCapabilities checks that a command run as the

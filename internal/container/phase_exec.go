@@ -23,7 +23,8 @@ import (
 // is allowed. The host resolves the phase's entries in the sandbox's
 // mount namespace when it applies the phase: each entry is allowed as
 // written and as the file (or directory) its symlinks lead to, and the
-// symlinks in an allowed directory add the files they lead to.
+// symlinks directly in a "dir/*" directory add the files they lead to
+// (those inside a "dir/**" tree do not).
 
 // maxDirLinks bounds the symlinks of one allowed directory resolved.
 const maxDirLinks = 4096
@@ -103,7 +104,8 @@ func kernelDev(path string) (uint64, error) {
 }
 
 // resolveExecutables returns the paths (files, and directories as
-// "dir/*") that allow list: each as written and where its symlinks lead
+// "dir/*" or "dir/**") that allow list: each as written and where its
+// symlinks lead
 // (in the calling thread's root: the sandbox's). Sandbox-made symlinks
 // can only name more of the sandbox's own files.
 func resolveExecutables(list []string) []string {
@@ -115,6 +117,16 @@ func resolveExecutables(list []string) []string {
 	}
 	for _, e := range list {
 		add(e)
+		if tree, ok := strings.CutSuffix(e, "/**"); ok {
+			// A whole tree: where the directory's own symlinks lead. The
+			// symlinks inside it are not followed (a tree has too many
+			// entries to walk at each phase change): a target outside the
+			// tree needs its own entry.
+			if real, err := filepath.EvalSymlinks(tree); err == nil {
+				add(real + "/**")
+			}
+			continue
+		}
 		dir, isDir := strings.CutSuffix(e, "/*")
 		if !isDir {
 			if r, err := filepath.EvalSymlinks(e); err == nil {

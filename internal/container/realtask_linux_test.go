@@ -9,15 +9,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/audit"
 	"github.com/dsec-dev/dsec/internal/builtin"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
@@ -606,4 +609,83 @@ func testSiblingsIsolated(t *testing.T, a, b sandbox.Sandbox) {
 		t.Errorf("b reached a's listener on %s: %+v", addr, res)
 	}
 	t.Logf("b connecting to a: exit %d, %s", res.ExitCode, strings.TrimSpace(res.Stderr))
+}
+
+// TestGoTestUnderExecutables: `go test` runs in a phase that allows only
+// the shell, the toolchain and the build directory: go test runs test
+// binaries it has just linked in its temporary build directory
+// ($GOTMPDIR/go-build…/b001/pkg.test, a new name each time), so the
+// phase allows that tree with "dir/**" and points GOTMPDIR at it. The
+// same phase without the tree kills the test binaries (the control), and
+// so does one that allows only the files directly in it ("dir/*").
+func TestGoTestUnderExecutables(t *testing.T) {
+	needRoot(t)
+	img := realImage(t)
+	dir := t.TempDir()
+	nm, _ := names(dir)
+	t.Cleanup(func() {
+		checkHost(t, dir)
+		noSandboxProcs(t, nm)
+	})
+	mon, err := monitor.Start(nil)
+	if err != nil {
+		t.Fatalf("the eBPF monitor: %v", err)
+	}
+	rules, err := audit.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &auditLog{}
+	rec := audit.NewRecorder(mon, rules, log, nil)
+	// bounded: closing the monitor ends the recorder's loop
+	t.Cleanup(func() { mon.Close(); rec.Wait() })
+	rt := newRuntime(t, dir, runtimeOptions{monitor: rec})
+	rt.opt.Exec = mon // before any sandbox: no one reads it yet
+	const gotmp = "/tmp/gotest"
+	tools := []string{"/usr/bin/bash", goRoot + "/**"}
+	phases := []api.Phase{
+		{Name: "setup"},
+		{Name: "flat", Executables: append(slices.Clone(tools), gotmp+"/*")},
+		{Name: "tree", Executables: append(slices.Clone(tools), gotmp+"/**")},
+	}
+	ctx := context.Background()
+	created, err := rt.Create(ctx, sandbox.Spec{ID: "gotest-exec", Tier: Tier, Image: img, CPU: 2, MemoryMB: 1024, DiskMB: 512, Phases: phases})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := created.(*Sandbox)
+	defer sb.Destroy(ctx)
+	// Build the standard library and the module once, while anything may
+	// run, so the locked phases only link and run the tests.
+	bashOK(t, sb, "mkdir -p "+gotmp+" && cd /workspace/hello && go vet ./... && go test ./... >/dev/null")
+	goTest := "cd /workspace/hello && GOTMPDIR=" + gotmp + " go test -count=1 ./greet 2>&1"
+	for _, p := range phases[1:] {
+		if err := sb.SetPhase(ctx, p); err != nil {
+			t.Fatalf("SetPhase(%s): %v", p.Name, err)
+		}
+		res := bash(t, sb, goTest)
+		passed := res.ExitCode == 0 && strings.Contains(res.Stdout, "ok  \texample.com/hello/greet")
+		switch {
+		case p.Name == "tree" && !passed:
+			t.Errorf("go test with %s/** allowed: exit %d\n%s%s", gotmp, res.ExitCode, res.Stdout, res.Stderr)
+		case p.Name == "flat" && (passed || !strings.Contains(res.Stdout, "signal: killed")):
+			t.Errorf("control: go test with only %s/* allowed: exit %d, want its test binary killed\n%s%s", gotmp, res.ExitCode, res.Stdout, res.Stderr)
+		}
+	}
+	// The control's kill was audited, with the test binary's path.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		found := false
+		log.mu.Lock()
+		for _, e := range log.evs {
+			found = found || e.Sandbox == sb.id && e.Rule == "exec-not-allowed" && e.Phase == "flat" && strings.HasPrefix(e.Path, gotmp+"/go-build") && strings.HasSuffix(e.Path, ".test")
+		}
+		log.mu.Unlock()
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no exec-not-allowed event for a test binary under %s in phase flat within 10s", gotmp)
+			break
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -54,6 +55,10 @@ type warmSet struct {
 	ready    []*Sandbox
 	filling  int
 	used     time.Time
+	// broken is why the set's image cannot make a sandbox at all (an
+	// Invalid error, e.g. it lacks the agent): the set is not refilled
+	// again, and its claims build and fail with that error.
+	broken error
 }
 
 func newWarmPool(size int) *warmPool {
@@ -147,7 +152,7 @@ func (r *Runtime) evictWarmLocked() {
 // refillLocked starts the sandboxes set lacks.
 func (r *Runtime) refillLocked(key string, set *warmSet) {
 	p := r.warm
-	for !p.closed && len(set.ready)+set.filling < p.size {
+	for !p.closed && set.broken == nil && len(set.ready)+set.filling < p.size {
 		set.filling++
 		p.fills.Add(1)
 		go r.fillWarm(key, set)
@@ -169,11 +174,22 @@ func (r *Runtime) fillWarm(key string, set *warmSet) {
 	if keep {
 		set.ready = append(set.ready, sb)
 	}
+	// An image that cannot make a sandbox (Invalid: it lacks the agent,
+	// say) is told once; other failures (a busy host) are retried at the
+	// next claim.
+	told := set.broken != nil
+	if errdefs.ClassOf(err) == errdefs.Invalid {
+		set.broken = err
+	}
+	broken := set.broken != nil
 	p.mu.Unlock()
 	switch {
-	case err != nil:
+	case err != nil && broken && !told:
+		r.log.Warn("an image cannot start sandboxes; the warm pool keeps none of it", "image", spec.Image.Name, "err", err)
+	case err != nil && !broken:
 		// Not retried until the next claim: a failing image must not spin.
-		r.log.Warn("starting a warm sandbox", "err", err)
+		r.log.Warn("starting a warm sandbox", "image", spec.Image.Name, "err", err)
+	case err != nil: // told already
 	case !keep:
 		_ = sb.Destroy(context.Background())
 	}

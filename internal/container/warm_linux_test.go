@@ -3,14 +3,17 @@ package container
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
@@ -125,6 +128,71 @@ func readFile(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// warnCounter counts the warnings logged through it.
+type warnCounter struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (c *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (c *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	c.msgs = append(c.msgs, r.Message)
+	c.mu.Unlock()
+	return nil
+}
+func (c *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *warnCounter) WithGroup(string) slog.Handler      { return c }
+
+func (c *warnCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.msgs)
+}
+
+// TestWarmPoolImageWithoutAgent: creates of an image that lacks the
+// agent fail with image_lacks_guest, and the warm pool tries to start
+// sandboxes of it once, warning once, instead of at every create.
+func TestWarmPoolImageWithoutAgent(t *testing.T) {
+	dir := t.TempDir()
+	nm, _ := names(dir)
+	t.Cleanup(func() {
+		checkHost(t, dir)
+		noSandboxProcs(t, nm)
+	})
+	rt := newRuntime(t, dir, runtimeOptions{pool: 2, warm: 2})
+	warns := &warnCounter{}
+	rt.log = slog.New(warns) // before any create: nothing reads it yet
+	ctx := context.Background()
+	img := sandbox.Image{ID: "bare", Name: "bare", Layers: world.bare}
+	for i := range 4 {
+		_, err := rt.Create(ctx, sandbox.Spec{ID: fmt.Sprintf("bare-%d", i), Image: img})
+		if errdefs.CodeOf(err) != "image_lacks_guest" {
+			t.Fatalf("create %d: %v, want image_lacks_guest", i, err)
+		}
+		// Let the fills the create started finish.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			rt.warm.mu.Lock()
+			filling := 0
+			for _, s := range rt.warm.sets {
+				filling += s.filling
+			}
+			rt.warm.mu.Unlock()
+			if filling == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("warm fills still running 20 s after create %d", i)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if n := warns.count(); n != 1 {
+		t.Errorf("%d warnings for 4 creates of an image without the agent, want 1: %q", n, warns.msgs)
+	}
 }
 
 // TestWarmClaimNeedsAnAnswer: a warm sandbox whose agent no longer

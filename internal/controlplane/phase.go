@@ -61,7 +61,7 @@ func (m *Manager) validatePhases(req *api.CreateSandboxRequest) error {
 			return errdefs.New(errdefs.Unsupported, "tier_has_no_users", "phase %s: the function tier has no users", p.Name)
 		}
 		if _, _, err := sandbox.ParseUser(p.User); err != nil {
-			return errdefs.Wrap(errdefs.Invalid, "invalid_phase", err, "phase %s", p.Name)
+			return errdefs.Within(errdefs.Invalid, "invalid_phase", err, "phase %s", p.Name)
 		}
 		if p.CPU < 0 || p.CPU > m.lim.MaxCPU || p.MemoryMB < 0 || p.MemoryMB > m.lim.MaxMemoryMB {
 			return errdefs.New(errdefs.Invalid, "out_of_range", "phase %s: cpu must be between 0 and %g, memory_mb between 0 and %d", p.Name, m.lim.MaxCPU, m.lim.MaxMemoryMB)

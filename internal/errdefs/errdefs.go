@@ -90,6 +90,20 @@ func Wrap(c Class, code string, err error, format string, args ...any) *Error {
 	return &Error{Class: c, Code: code, Msg: fmt.Sprintf(format, args...), Cause: err}
 }
 
+// Within returns an error of class c and code for err, a failure found
+// within the formatted context (e.g. "phase work"). If err is classified,
+// its message (written for the user) follows the context's, so that the
+// reason reaches the user: "phase work: executable "/x": …". Otherwise err
+// is the hidden cause, as with Wrap.
+func Within(c Class, code string, err error, format string, args ...any) *Error {
+	msg := fmt.Sprintf(format, args...)
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Class: c, Code: code, Msg: msg + ": " + e.Msg}
+	}
+	return &Error{Class: c, Code: code, Msg: msg, Cause: err}
+}
+
 // ClassOf returns the class of err: its own if it is classified, otherwise
 // one inferred from well-known standard errors, otherwise Internal.
 func ClassOf(err error) Class {

@@ -59,3 +59,18 @@ func TestParseClassRoundTrip(t *testing.T) {
 		t.Error("unknown class must parse as Internal")
 	}
 }
+
+// TestWithinKeepsTheReason: the context's message is followed by a
+// classified cause's own message (which is written for users); an
+// unclassified cause stays hidden.
+func TestWithinKeepsTheReason(t *testing.T) {
+	inner := New(Invalid, "invalid_executable", "executable %q: only a trailing /*", "/x/**/y")
+	e := Within(Invalid, "invalid_executable", inner, "phase %s", "test")
+	if got, want := MessageOf(e), `phase test: executable "/x/**/y": only a trailing /*`; got != want {
+		t.Errorf("MessageOf = %q, want %q", got, want)
+	}
+	hidden := Within(Invalid, "bad", errors.New("secret /var/lib/x"), "phase %s", "test")
+	if MessageOf(hidden) != "phase test" || !errors.Is(hidden, Invalid) || hidden.Unwrap() == nil {
+		t.Errorf("unclassified cause: message %q, cause %v", MessageOf(hidden), hidden.Unwrap())
+	}
+}

@@ -36,35 +36,13 @@ func resolve(p string) (abs, rel string, err error) {
 	return abs, sandbox.RelPath(FileRoot, abs), nil
 }
 
-// fileError classifies an error of an operation on the file at abs.
+// fileError classifies an error of an operation on the file at abs: the
+// files API's errors (sandbox.FileError), and the sandbox's end.
 func fileError(abs string, err error) error {
-	var de *errdefs.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &de):
-		return err
-	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
-		return errdefs.Wrap(errdefs.TooLarge, "workspace_full", err, "the workspace is full")
-	case isNotExist(err):
-		return errdefs.Wrap(errdefs.NotFound, "file_not_found", err, "%s does not exist", abs)
-	case errors.Is(err, syscall.ENOTEMPTY): // before ErrExist, which it matches
-		return errdefs.Wrap(errdefs.Conflict, "directory_not_empty", err, "%s is a directory that is not empty", abs)
-	case errors.Is(err, fs.ErrExist):
-		return errdefs.Wrap(errdefs.Conflict, "file_exists", err, "%s already exists", abs)
-	case errors.Is(err, syscall.EISDIR):
-		return errdefs.Wrap(errdefs.Invalid, "is_a_directory", err, "%s is a directory", abs)
-	case errors.Is(err, os.ErrClosed):
+	if errors.Is(err, os.ErrClosed) {
 		return errdefs.Wrap(errdefs.NotFound, "sandbox_not_found", err, "the sandbox is gone")
-	case errors.Is(err, fs.ErrPermission):
-		return errdefs.Wrap(errdefs.PermissionDenied, "permission_denied", err, "permission denied on %s", abs)
 	}
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		// os.Root's refusal of a path leading out of the workspace.
-		return errdefs.Wrap(errdefs.Invalid, "path_outside_root", err, "%s leads outside %s", abs, FileRoot)
-	}
-	return err
+	return sandbox.FileError(abs, err)
 }
 
 func (f *files) stat(abs, rel string) (api.FileInfo, error) {
@@ -82,23 +60,14 @@ func (f *files) Open(ctx context.Context, p string) (io.ReadCloser, api.FileInfo
 		return nil, api.FileInfo{}, err
 	}
 	defer f.ops.leave()
-	fh, err := f.work.Open(rel)
+	fh, fi, err := sandbox.OpenRegular(f.work, abs, rel)
 	if err != nil {
-		return nil, api.FileInfo{}, fileError(abs, err)
+		return nil, api.FileInfo{}, err
 	}
-	fi, err := fh.Stat()
-	if err != nil {
-		fh.Close()
-		return nil, api.FileInfo{}, fileError(abs, err)
-	}
-	if !fi.Mode().IsRegular() {
-		fh.Close()
-		if fi.IsDir() {
-			return nil, api.FileInfo{}, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs)
-		}
-		return nil, api.FileInfo{}, errdefs.New(errdefs.Invalid, "not_a_file", "%s is not a regular file", abs)
-	}
-	return fh, sandbox.FileInfo(abs, fi), nil
+	// The size at open bounds the download (a file growing meanwhile is
+	// cut there), and the request's and the sandbox's ends stop it.
+	r := ctxReader{ctx: ctx, life: f.life, r: io.LimitReader(fh, fi.Size())}
+	return readCloser{Reader: r, Closer: fh}, sandbox.FileInfo(abs, fi), nil
 }
 
 // Write implements sandbox.Files: the content goes to a temporary file in
@@ -109,7 +78,7 @@ func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.Wr
 		return api.FileInfo{}, err
 	}
 	if rel == "." {
-		return api.FileInfo{}, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs)
+		return api.FileInfo{}, errdefs.New(errdefs.Invalid, sandbox.CodeIsADirectory, "%s is a directory", abs)
 	}
 	if !(*Sandbox)(f).writable(rel) {
 		return api.FileInfo{}, (*Sandbox)(f).readOnly(abs)
@@ -125,7 +94,7 @@ func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.Wr
 		}
 	}
 	if fi, err := f.work.Lstat(rel); err == nil && fi.IsDir() {
-		return api.FileInfo{}, errdefs.New(errdefs.Invalid, "is_a_directory", "%s is a directory", abs)
+		return api.FileInfo{}, errdefs.New(errdefs.Invalid, sandbox.CodeIsADirectory, "%s is a directory", abs)
 	}
 	mode := fs.FileMode(opt.Mode).Perm()
 	if opt.Mode == 0 {
@@ -135,8 +104,8 @@ func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.Wr
 	rand.Read(suffix[:])
 	tmp := path.Join(dir, ".dsec-write-"+hex.EncodeToString(suffix[:]))
 	fh, err := f.work.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrNotExist) {
-		return api.FileInfo{}, errdefs.New(errdefs.NotFound, "parent_not_found",
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return api.FileInfo{}, errdefs.New(errdefs.NotFound, sandbox.CodeParentNotFound,
 			"directory %s does not exist (write with parents to create it)", path.Dir(abs))
 	}
 	if err != nil {
@@ -158,7 +127,7 @@ func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.Wr
 		return api.FileInfo{}, fileError(abs, err)
 	}
 	if opt.MaxBytes > 0 && n > opt.MaxBytes {
-		return api.FileInfo{}, errdefs.New(errdefs.TooLarge, "file_too_large", "%s would be larger than %d bytes", abs, opt.MaxBytes)
+		return api.FileInfo{}, errdefs.New(errdefs.TooLarge, sandbox.CodeFileTooLarge, "%s would be larger than %d bytes", abs, opt.MaxBytes)
 	}
 	if err := fh.Chmod(mode); err != nil {
 		return api.FileInfo{}, fileError(abs, err)
@@ -171,6 +140,11 @@ func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.Wr
 	}
 	done = true
 	return f.stat(abs, rel)
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // ctxReader stops a copy once the request or the sandbox ends.
@@ -205,7 +179,7 @@ func (f *files) List(ctx context.Context, p string, depth int) ([]api.FileInfo, 
 		return nil, fileError(abs, err)
 	}
 	if !fi.IsDir() {
-		return nil, errdefs.New(errdefs.Invalid, "not_a_directory", "%s is not a directory", abs)
+		return nil, errdefs.New(errdefs.Invalid, sandbox.CodeNotADirectory, "%s is not a directory", abs)
 	}
 	out := []api.FileInfo{}
 	if err := f.list(ctx, abs, rel, depth, &out); err != nil {
@@ -244,6 +218,9 @@ func (f *files) list(ctx context.Context, abs, rel string, depth int, out *[]api
 		}
 		if err != nil {
 			return err
+		}
+		if len(*out) >= sandbox.MaxListEntries {
+			return errdefs.New(errdefs.TooLarge, sandbox.CodeTooManyEntries, "the listing has more than %d entries; list less deep", sandbox.MaxListEntries)
 		}
 		*out = append(*out, info)
 		if info.Type == api.FileTypeDir && depth > 1 {
@@ -302,7 +279,7 @@ func (f *files) Remove(ctx context.Context, p string, recursive bool) error {
 		return (*Sandbox)(f).readOnly(abs)
 	}
 	if rel == "." {
-		return errdefs.New(errdefs.Invalid, "path_is_root", "%s cannot be removed", FileRoot)
+		return errdefs.New(errdefs.Invalid, sandbox.CodePathIsRoot, "%s cannot be removed", FileRoot)
 	}
 	if err := (*Sandbox)(f).enter(); err != nil {
 		return err
@@ -333,7 +310,7 @@ func (f *files) Rename(ctx context.Context, from, to string) (api.FileInfo, erro
 		return api.FileInfo{}, err
 	}
 	if fromRel == "." || toRel == "." {
-		return api.FileInfo{}, errdefs.New(errdefs.Invalid, "path_is_root", "%s cannot be renamed or replaced", FileRoot)
+		return api.FileInfo{}, errdefs.New(errdefs.Invalid, sandbox.CodePathIsRoot, "%s cannot be renamed or replaced", FileRoot)
 	}
 	for _, w := range [][2]string{{fromAbs, fromRel}, {toAbs, toRel}} {
 		if !(*Sandbox)(f).writable(w[1]) {

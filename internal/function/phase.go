@@ -132,7 +132,7 @@ func (s *Sandbox) checkExecutable(clean string) error {
 // readOnly is the files API's error for a path the phase does not let it
 // write.
 func (s *Sandbox) readOnly(abs string) error {
-	return errdefs.New(errdefs.PermissionDenied, "read_only_path", "%s is read-only in phase %s", abs, s.Phase())
+	return errdefs.New(errdefs.PermissionDenied, sandbox.CodeReadOnlyPath, "%s is read-only in phase %s", abs, s.Phase())
 }
 
 // auditor records a sandbox's events (audit.Recorder).

@@ -4,7 +4,6 @@ package guard
 
 import (
 	"fmt"
-	"github.com/dsec-dev/dsec/internal/testenv"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // probe is a Python script reporting, for the calls the guard refuses,

@@ -81,6 +81,8 @@ type Registry struct {
 	byID      map[string]store.ImageRecord
 	layers    map[string]store.LayerRecord
 	pathCache []cachedPaths // the last layers listed (LayerPaths), oldest first
+	// agentIn says, by layer ID, whether the layer holds the agent.
+	agentIn map[string]bool
 }
 
 type cachedName struct {
@@ -91,7 +93,8 @@ type cachedName struct {
 // New returns a registry.
 func New(opt Options) *Registry {
 	return &Registry{recs: opt.Records, blobs: opt.Blobs, workDir: opt.WorkDir, limits: opt.Limits,
-		names: map[string]cachedName{}, byID: map[string]store.ImageRecord{}, layers: map[string]store.LayerRecord{}}
+		names: map[string]cachedName{}, byID: map[string]store.ImageRecord{}, layers: map[string]store.LayerRecord{},
+		agentIn: map[string]bool{}}
 }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,127}(:[A-Za-z0-9._-]{1,64})?$`)
@@ -200,8 +203,16 @@ func (r *Registry) forgetName(name string) {
 }
 
 // Compose builds (and stores) the image of the given layers without
-// naming it; inline layers on a create land here.
+// naming it, exactly as given; inline layers on a create land here. A
+// base may name an image instead of a layer: its layers, with their
+// roles, are the new image's bottom ones.
 func (r *Registry) Compose(ctx context.Context, layers []api.ImageLayer, tiers []string) (Resolved, error) {
+	return r.compose(ctx, layers, tiers, false)
+}
+
+// compose is Compose that, with agent set, adds the agent's layer where
+// the image needs it (ensureAgent).
+func (r *Registry) compose(ctx context.Context, layers []api.ImageLayer, tiers []string, agent bool) (Resolved, error) {
 	if len(layers) == 0 {
 		return Resolved{}, errdefs.New(errdefs.Invalid, "no_layers", "an image needs at least one layer")
 	}
@@ -215,16 +226,43 @@ func (r *Registry) Compose(ctx context.Context, layers []api.ImageLayer, tiers [
 	}
 	m := store.ImageManifest{Version: 1, Tiers: tiers}
 	res := Resolved{}
+	var resolved []api.ImageLayer
 	for _, l := range layers {
 		if l.Role == "" || len(l.Role) > 32 {
 			return Resolved{}, errdefs.New(errdefs.Invalid, "invalid_role", "layer %q needs a role (base, workspace, toolkit, …)", l.ID)
 		}
 		lr, err := r.ResolveLayer(ctx, l.ID)
+		if errdefs.ClassOf(err) == errdefs.NotFound && !layer.ValidDigest(l.ID) {
+			if img, ierr := r.Resolve(ctx, l.ID); ierr == nil {
+				if l.Role != RoleBase {
+					return Resolved{}, errdefs.New(errdefs.Invalid, "image_not_layer",
+						"%s is an image, not a layer: an image can only be the base (its layers, %s, become the new image's bottom ones); as %s, name one of its layers", l.ID, layerNames(img), l.Role)
+				}
+				for i, il := range img.Manifest.Layers {
+					resolved = append(resolved, api.ImageLayer{Role: il.Role, ID: il.ID})
+					res.Layers = append(res.Layers, img.Layers[i])
+				}
+				continue
+			}
+			return Resolved{}, errdefs.New(errdefs.NotFound, "layer_not_found", "no layer named %s (nor an image, which a base may be)", l.ID)
+		}
 		if err != nil {
 			return Resolved{}, err
 		}
-		m.Layers = append(m.Layers, store.ImageLayer{Role: l.Role, ID: lr.ID})
+		resolved = append(resolved, api.ImageLayer{Role: l.Role, ID: lr.ID})
 		res.Layers = append(res.Layers, lr)
+	}
+	if len(resolved) > 16 {
+		return Resolved{}, errdefs.New(errdefs.Invalid, "too_many_layers", "an image has at most 16 layers")
+	}
+	if agent {
+		var err error
+		if resolved, res.Layers, err = r.ensureAgent(ctx, resolved, res.Layers, tiers); err != nil {
+			return Resolved{}, err
+		}
+	}
+	for _, l := range resolved {
+		m.Layers = append(m.Layers, store.ImageLayer{Role: l.Role, ID: l.ID})
 	}
 	rec := store.ImageRecord{ID: m.ID(), Manifest: m, Created: time.Now().UTC()}
 	if err := r.recs.PutImage(ctx, rec); err != nil {
@@ -234,13 +272,17 @@ func (r *Registry) Compose(ctx context.Context, layers []api.ImageLayer, tiers [
 	return res, nil
 }
 
-// Create composes an image and gives it a name.
+// Create composes an image (see Compose) and gives it a name. An image
+// the container tier may run (tiers empty or naming it) whose layers lack
+// the agent gets the server's agent layer on top, or is refused (Invalid,
+// image_lacks_guest) if the server has none: it would be accepted here
+// and fail at every create.
 func (r *Registry) Create(ctx context.Context, name string, layers []api.ImageLayer, tiers []string) (Resolved, error) {
 	n, err := Normalize(name)
 	if err != nil {
 		return Resolved{}, err
 	}
-	res, err := r.Compose(ctx, layers, tiers)
+	res, err := r.compose(ctx, layers, tiers, true)
 	if err != nil {
 		return Resolved{}, err
 	}

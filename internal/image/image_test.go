@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,6 +159,123 @@ func TestDirImages(t *testing.T) {
 	if _, err := e.r.Resolve(ctx, "nope"); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Resolve(unknown): %v", err)
 	}
+}
+
+// TestImagesGetTheAgent: an image the container tier may run gets the
+// server's agent layer on top when none of its layers has the agent, and
+// is refused (nothing stored) when the server has no such layer; images
+// for other tiers only, and those with the agent, are kept as given.
+func TestImagesGetTheAgent(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.r.AddLayer(ctx, buildLayer(t, "base.txt", "base"), "base/test:1"); err != nil {
+		t.Fatal(err)
+	}
+	base := []api.ImageLayer{{Role: RoleBase, ID: "base/test:1"}}
+	for _, tiers := range [][]string{nil, {"container"}, {"vm", "container"}} {
+		_, err := e.r.Create(ctx, "team/noagent:1", base, tiers)
+		if !errors.Is(err, errdefs.Invalid) || errdefs.CodeOf(err) != "image_lacks_guest" || !strings.Contains(errdefs.MessageOf(err), AgentPath) {
+			t.Errorf("Create(tiers %v) without any agent layer: %v, want image_lacks_guest naming %s", tiers, err, AgentPath)
+		}
+	}
+	if list, err := e.r.List(ctx); err != nil || len(list) != 0 {
+		t.Errorf("a refused image was stored: %+v, %v", list, err)
+	}
+	agent, err := e.r.AddLayer(ctx, agentLayer(t), "toolkit/dsec-guest:1") // also :latest
+	if err != nil {
+		t.Fatal(err)
+	}
+	layerIDs := func(res Resolved) (ids []string) {
+		for _, l := range res.Manifest.Layers {
+			ids = append(ids, l.Role+"="+l.ID)
+		}
+		return ids
+	}
+	baseID := "base=" + e.mustLayer(t, "base/test:1")
+	withAgent := []string{baseID, "toolkit=" + agent.ID}
+	for _, tt := range []struct {
+		name   string
+		layers []api.ImageLayer
+		tiers  []string
+		want   []string
+	}{
+		{"any tier", base, nil, withAgent},
+		{"container", base, []string{"container"}, withAgent},
+		{"vm only", base, []string{"vm", "microvm"}, []string{baseID}},
+		{"has the agent", []api.ImageLayer{base[0], {Role: RoleToolkit, ID: "toolkit/dsec-guest:1"}}, nil, withAgent},
+	} {
+		res, err := e.r.Create(ctx, "team/"+strings.ReplaceAll(tt.name, " ", "-")+":1", tt.layers, tt.tiers)
+		if err != nil || !slices.Equal(layerIDs(res), tt.want) || len(res.Layers) != len(tt.want) {
+			t.Errorf("%s: Create = %q, %v; want layers %q", tt.name, layerIDs(res), err, tt.want)
+		}
+	}
+}
+
+// TestBaseMayBeAnImage: --base takes an image (its layers become the
+// bottom ones) as well as a layer; an image in another role, or a name
+// that is neither, gets an error that says what is wanted.
+func TestBaseMayBeAnImage(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.r.AddLayer(ctx, buildLayer(t, "base.txt", "base"), "base/test:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.AddLayer(ctx, agentLayer(t), "toolkit/dsec-guest:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.AddLayer(ctx, buildLayer(t, "ws.txt", "ws"), "workspace/test:1"); err != nil {
+		t.Fatal(err)
+	}
+	parent, err := e.r.Create(ctx, "debian-ish", []api.ImageLayer{{Role: RoleBase, ID: "base/test:1"}, {Role: RoleToolkit, ID: "toolkit/dsec-guest:1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := e.r.Create(ctx, "team/child:1", []api.ImageLayer{{Role: RoleBase, ID: "debian-ish"}, {Role: RoleWorkspace, ID: "workspace/test:1"}}, nil)
+	if err != nil {
+		t.Fatalf("Create with an image as the base: %v", err)
+	}
+	want := append(slices.Clone(parent.Manifest.Layers), store.ImageLayer{Role: RoleWorkspace, ID: e.mustLayer(t, "workspace/test:1")})
+	if !slices.Equal(child.Manifest.Layers, want) || len(child.Layers) != 3 {
+		t.Errorf("child layers = %+v, want %+v", child.Manifest.Layers, want)
+	}
+	_, err = e.r.Create(ctx, "team/bad:1", []api.ImageLayer{{Role: RoleBase, ID: "base/test:1"}, {Role: RoleWorkspace, ID: "debian-ish"}}, nil)
+	if !errors.Is(err, errdefs.Invalid) || errdefs.CodeOf(err) != "image_not_layer" || !strings.Contains(errdefs.MessageOf(err), "only be the base") {
+		t.Errorf("an image as the workspace: %v, want image_not_layer", err)
+	}
+	_, err = e.r.Create(ctx, "team/bad:1", []api.ImageLayer{{Role: RoleBase, ID: "debian-12"}}, nil)
+	if !errors.Is(err, errdefs.NotFound) || errdefs.CodeOf(err) != "layer_not_found" || !strings.Contains(errdefs.MessageOf(err), "nor an image") {
+		t.Errorf("a base that is neither: %v, want layer_not_found saying it looked for an image too", err)
+	}
+}
+
+// agentLayer builds a layer holding the agent at AgentPath.
+func agentLayer(t *testing.T) layer.Artifact {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("building layers needs root (mkfs keeps owners)")
+	}
+	src := t.TempDir()
+	p := filepath.Join(src, AgentPath)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a, err := layer.BuildDir(context.Background(), src, filepath.Join(t.TempDir(), "out"), layer.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (e env) mustLayer(t *testing.T, ref string) string {
+	t.Helper()
+	l, err := e.r.ResolveLayer(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.ID
 }
 
 // TestLayerFiles: a layer's paths (with whether each is a directory) and

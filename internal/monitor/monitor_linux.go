@@ -96,8 +96,9 @@ func (m *Monitor) Unwatch(cgroupID uint64) error {
 // RestrictExec makes the tasks of cgroup2 group cgroupID run only files
 // of the file system rootDev (a superblock's s_dev, the kernel's
 // encoding: major << 20 | minor) at one of paths: absolute paths of
-// files, or of directories followed by "/*" (every file directly in
-// one), each shorter than 256 bytes. Any other exec is killed in the
+// files, of directories followed by "/*" (every file directly in one) or
+// by "/**" (every file below one, at most 24 levels from the root), each
+// shorter than 256 bytes. Any other exec is killed in the
 // kernel before the new program runs, and its exec event has Ret -1
 // (EPERM). It replaces the group's earlier paths; during the change an
 // exec of the group may be killed that either set allows.

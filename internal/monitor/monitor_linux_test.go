@@ -4,7 +4,6 @@ package monitor
 
 import (
 	"fmt"
-	"github.com/dsec-dev/dsec/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // cgroup2 makes a cgroup2 group for the test (removed at its end) and
@@ -226,6 +226,27 @@ func TestRestrictExec(t *testing.T) {
 		t.Errorf("denied exec events: %q, want %q", denied, want)
 	}
 
+	// "dir/**" allows every file below dir, at any depth, and nothing
+	// beside it; "dir/*" only the files directly in dir.
+	tree := filepath.Join(tmp, "tree")
+	for _, d := range []string{"a/b/c", "flat/sub"} {
+		if err := os.MkdirAll(filepath.Join(tree, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"top", "a/b/c/deep", "flat/direct", "flat/sub/nested"} {
+		copyFile(t, "/usr/bin/true", filepath.Join(tree, p))
+	}
+	copyFile(t, "/usr/bin/true", filepath.Join(tmp, "tree-beside"))
+	if err := m.RestrictExec(rid, kernelDev(t, "/"), []string{sh, tree + "/a/**", tree + "/flat/*"}); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(out)
+	runIn(t, restricted, fmt.Sprintf(`cd %s; for p in a/b/c/deep flat/direct flat/sub/nested top ../tree-beside; do ./$p; echo "$p $?" >> %s; done`, tree, out))
+	if got, want := readString(t, out), "a/b/c/deep 0\nflat/direct 0\nflat/sub/nested 137\ntop 137\n../tree-beside 137\n"; got != want {
+		t.Errorf("dir/** and dir/*: %q, want %q", got, want)
+	}
+
 	// A policy for another file system allows nothing.
 	if err := m.RestrictExec(rid, kernelDev(t, "/")+1, allow); err != nil {
 		t.Fatal(err)
@@ -250,6 +271,26 @@ func TestRestrictExec(t *testing.T) {
 	if n != 0 || m.objs.ExecAllowed.Iterate().Next(&k, &v) {
 		t.Errorf("allowed paths left after UnrestrictExec")
 	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readString(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestMonitorPaths: relative paths are reported absolute (against the

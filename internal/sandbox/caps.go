@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -102,9 +103,11 @@ func CommandCapabilities(spec Spec, p *api.Phase) []string {
 const maxExecutables = 256
 
 // NormalizeExecutables checks a phase's executables: absolute paths of
-// at most 255 bytes, each either a file or a directory followed by "/*"
-// (every file directly in it); no other glob. nil stays nil (any
-// program may run). Bad entries are Invalid, code invalid_executable.
+// at most 255 bytes, each a file, a directory followed by "/*" (every
+// file directly in it) or a directory followed by "/**" (every file below
+// it, at any depth); no other pattern. nil stays nil (any program may
+// run). Bad entries are Invalid, code invalid_executable, and the message
+// says what is wrong.
 func NormalizeExecutables(list []string) ([]string, error) {
 	if list == nil {
 		return nil, nil
@@ -120,25 +123,24 @@ func NormalizeExecutables(list []string) ([]string, error) {
 		if !path.IsAbs(e) || strings.ContainsRune(e, 0) || len(e) > 255 {
 			return nil, bad("absolute paths of at most 255 bytes")
 		}
-		dir, isGlob := strings.CutSuffix(e, "/*")
-		if isGlob && dir == "" {
-			return nil, bad("\"/*\" would allow every program in /; name the directories")
+		body, suffix := e, ""
+		for _, s := range []string{"/**", "/*"} {
+			if dir, ok := strings.CutSuffix(e, s); ok {
+				body, suffix = dir, s
+				break
+			}
 		}
-		body := e
-		if isGlob {
-			body = dir
+		if suffix != "" && path.Clean("/"+body) == "/" {
+			return nil, bad(fmt.Sprintf("%q would allow every program; name the directories", "/"+suffix[1:]))
 		}
 		if strings.ContainsAny(body, "*?[]\\") {
-			return nil, bad("the only pattern is a trailing /* (every file in a directory)")
+			return nil, bad("the only patterns are a trailing /* (every file directly in a directory) and /** (every file below it)")
 		}
 		c := path.Clean(body)
 		if c == "/" {
 			return nil, bad("not a file")
 		}
-		if isGlob {
-			c += "/*"
-		}
-		out = append(out, c)
+		out = append(out, c+suffix)
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
@@ -165,7 +167,7 @@ func CheckCapsAndExecutables(req *api.CreateSandboxRequest) error {
 	for i := range req.Phases {
 		p := &req.Phases[i]
 		if p.Capabilities, err = NormalizeCapabilities(p.Capabilities); err != nil {
-			return errdefs.Wrap(errdefs.Invalid, "invalid_capability", err, "phase %s", p.Name)
+			return errdefs.Within(errdefs.Invalid, "invalid_capability", err, "phase %s", p.Name)
 		}
 		if err := noCaps(p.Capabilities, "phase "+p.Name); err != nil {
 			return err
@@ -179,7 +181,7 @@ func CheckCapsAndExecutables(req *api.CreateSandboxRequest) error {
 			}
 		}
 		if p.Executables, err = NormalizeExecutables(p.Executables); err != nil {
-			return errdefs.Wrap(errdefs.Invalid, "invalid_executable", err, "phase %s", p.Name)
+			return errdefs.Within(errdefs.Invalid, "invalid_executable", err, "phase %s", p.Name)
 		}
 	}
 	return nil
@@ -192,7 +194,11 @@ func ExecutableAllowed(list []string, p string) bool {
 		return true
 	}
 	for _, e := range list {
-		if dir, ok := strings.CutSuffix(e, "/*"); ok {
+		if dir, ok := strings.CutSuffix(e, "/**"); ok {
+			if strings.HasPrefix(p, dir+"/") {
+				return true
+			}
+		} else if dir, ok := strings.CutSuffix(e, "/*"); ok {
 			if path.Dir(p) == dir {
 				return true
 			}

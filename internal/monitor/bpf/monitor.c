@@ -182,8 +182,9 @@ struct {
 // Allowed executables. A cgroup2 group with an entry in exec_policies may
 // run only files on the file system root_dev (its root's: nothing else
 // a sandbox can execute from is meant to hold programs, and a memfd is
-// on none) at a path in exec_allowed: exactly, or "dir/*" for any file
-// directly in dir. The path is the one the kernel is about to run,
+// on none) at a path in exec_allowed: exactly, "dir/*" for any file
+// directly in dir, or "dir/**" for any file below dir (one lookup per
+// directory level). The path is the one the kernel is about to run,
 // rebuilt from its dentries up to the file system's root: symlinks,
 // relative paths, /proc/self/fd and execveat are all resolved by then,
 // and a script's exec is its interpreter's. Any other exec is killed
@@ -266,12 +267,17 @@ static __always_inline int exec_allowed_file(struct linux_binprm *bprm, __u64 cg
 	for (int i = XDEPTH - 1; i >= 0; i--) {
 		if (i >= n)
 			continue;
-		if (off >= XPATH - 2)
+		if (off >= XPATH - 3)
 			return 0; // too long: refused
+		// The directory built so far, as "dir/**" (every file below it).
+		s->k.path[in_path(off)] = '/';
+		s->k.path[in_path(off + 1)] = '*';
+		s->k.path[in_path(off + 2)] = '*';
+		if (bpf_map_lookup_elem(&exec_allowed, &s->k))
+			return 1;
+		s->k.path[in_path(off + 2)] = 0;
 		if (i == 0) {
 			// The leaf's directory, as "dir/*".
-			s->k.path[in_path(off)] = '/';
-			s->k.path[in_path(off + 1)] = '*';
 			if (bpf_map_lookup_elem(&exec_allowed, &s->k))
 				return 1;
 		}

@@ -13,6 +13,7 @@ var Busybox = Commands{
 	Flood:     func() []string { return []string{"yes"} },
 	ReadFile:  func(p string) []string { return []string{"cat", "--", p} },
 	WriteFile: func(p string) []string { return Sh(`exec cat > "$1"`, p) },
+	MkFifo:    func(p string) []string { return []string{"mkfifo", "--", p} },
 	// A shell variable of mb MiB: the shell touches every byte of it.
 	AllocMB: func(mb int) []string {
 		return Sh(`x=$(head -c "$1"m /dev/zero | tr '\0' a) && test ${#x} -gt 0`, strconv.Itoa(mb))

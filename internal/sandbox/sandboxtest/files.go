@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -227,5 +228,88 @@ func testIsolation(t *testing.T, f Factory) {
 	res := run(t, b, api.ExecRequest{Cmd: f.Commands.ReadFile(p)})
 	if res.ExitCode == 0 || strings.Contains(res.Stdout, "secret") {
 		t.Errorf("a command in b read a's file: %+v", res)
+	}
+}
+
+// wantCode fails unless err has class and code.
+func wantCode(t *testing.T, what string, err error, class errdefs.Class, code string) {
+	t.Helper()
+	if !errors.Is(err, class) || errdefs.CodeOf(err) != code {
+		t.Errorf("%s: err = %v (class %s, code %s), want %s %s", what, err, errdefs.ClassOf(err), errdefs.CodeOf(err), class, code)
+	}
+}
+
+// testFilesEdgeCases: what the file system refuses reaches the user as a
+// 4xx class with its own code, not as an internal error, and reading a
+// FIFO is refused at once instead of waiting for a writer.
+func testFilesEdgeCases(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	sb := e.newSandbox()
+	fs := sb.Files()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := work(e.rt, "edge")
+	if _, err := fs.Mkdir(ctx, dir, true); err != nil {
+		t.Fatal(err)
+	}
+	long := path.Join(dir, strings.Repeat("n", 256))
+	_, err := fs.Write(ctx, long, strings.NewReader("x"), sandbox.WriteOptions{})
+	wantCode(t, "Write of a 256-byte name", err, errdefs.Invalid, sandbox.CodeNameTooLong)
+	_, err = fs.Mkdir(ctx, long, false)
+	wantCode(t, "Mkdir of a 256-byte name", err, errdefs.Invalid, sandbox.CodeNameTooLong)
+	_, err = fs.Stat(ctx, long)
+	wantCode(t, "Stat of a 256-byte name", err, errdefs.Invalid, sandbox.CodeNameTooLong)
+	write(t, fs, path.Join(dir, "f"), "x", sandbox.WriteOptions{})
+	_, err = fs.Rename(ctx, path.Join(dir, "f"), long)
+	wantCode(t, "Rename to a 256-byte name", err, errdefs.Invalid, sandbox.CodeNameTooLong)
+	// 255 bytes is a valid name.
+	write(t, fs, path.Join(dir, strings.Repeat("m", 255)), "x", sandbox.WriteOptions{})
+	_, err = fs.Stat(ctx, path.Join(dir, "f", "under-a-file"))
+	wantCode(t, "Stat under a file", err, errdefs.NotFound, sandbox.CodeParentNotDirectory)
+	if _, err := fs.Mkdir(ctx, path.Join(dir, "d"), false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fs.Rename(ctx, path.Join(dir, "d"), path.Join(dir, "d", "inside"))
+	wantCode(t, "Rename of a directory into itself", err, errdefs.Invalid, sandbox.CodeInvalidOperation)
+	_, err = fs.Mkdir(ctx, path.Join(dir, "d"), false)
+	wantCode(t, "Mkdir of an existing directory", err, errdefs.Conflict, sandbox.CodeFileExists)
+	write(t, fs, path.Join(dir, "d", "x"), "x", sandbox.WriteOptions{})
+	wantCode(t, "Remove of a non-empty directory", fs.Remove(ctx, path.Join(dir, "d"), false), errdefs.Conflict, sandbox.CodeDirectoryNotEmpty)
+	// No temporary file of the refused writes is left.
+	list, err := fs.List(ctx, dir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fi := range list {
+		if strings.HasPrefix(fi.Name, ".dsec-write-") {
+			t.Errorf("a refused write left %s", fi.Path)
+		}
+	}
+	if f.Commands.MkFifo == nil {
+		t.Logf("the %s tier's programs cannot make a FIFO; its own tests read one", e.rt.Tier())
+		return
+	}
+	fifo := path.Join(dir, "fifo")
+	if res := run(t, sb, api.ExecRequest{Cmd: f.Commands.MkFifo(fifo)}); res.ExitCode != 0 {
+		t.Fatalf("mkfifo: %+v", res)
+	}
+	start := time.Now()
+	octx, ocancel := context.WithTimeout(ctx, 20*time.Second)
+	defer ocancel()
+	rc, _, err := fs.Open(octx, fifo)
+	if rc != nil {
+		rc.Close()
+	}
+	wantCode(t, "Open of a FIFO", err, errdefs.Invalid, sandbox.CodeNotAFile)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Open of a FIFO took %v: it waited for a writer", d)
+	}
+	// A tier that opened the FIFO still waits for a writer: give it one,
+	// so that the sandbox can stop. (A correct tier has no reader, and
+	// the writer waits out its 2 s.)
+	_, _ = sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: f.Commands.WriteFile(fifo), TimeoutS: 2}})
+	st, err := fs.Stat(ctx, fifo)
+	if err != nil || st.Type != api.FileTypeOther {
+		t.Errorf("Stat of a FIFO = %+v, %v; want type other", st, err)
 	}
 }

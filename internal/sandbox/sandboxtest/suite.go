@@ -48,6 +48,10 @@ type Commands struct {
 	WriteFile func(path string) []string
 	// AllocMB allocates and touches mb MiB of memory, then exits 0.
 	AllocMB func(mb int) []string
+	// MkFifo makes a FIFO at path; nil where the tier's programs cannot
+	// (function: WebAssembly has no mknod), whose own tests then cover
+	// reading one.
+	MkFifo func(path string) []string
 }
 
 // Suite runs the conformance tests.
@@ -75,6 +79,7 @@ func Suite(t *testing.T, f Factory) {
 		{"FilesListDepth", testFilesListDepth},
 		{"FilesTraversal", testFilesTraversal},
 		{"FilesErrors", testFilesErrors},
+		{"FilesEdgeCases", testFilesEdgeCases},
 		{"Isolation", testIsolation},
 		{"Processes", testProcesses},
 		{"Destroy", testDestroy},

@@ -351,14 +351,28 @@ def kill_sandbox(sandbox_id: str, timeout: float) -> Op[bool]:
     return True
 
 
+# EVENTS_PAGE is how many audit events one request asks for (the server's
+# default page; it allows up to 10,000).
+EVENTS_PAGE = 1000
+
+
 def audit_events(sandbox_id: str, skip: int, limit: int | None, timeout: float) -> Op[list[AuditEvent]]:
-    params: list[tuple[str, str]] = []
-    if skip:
-        params.append(("skip", str(int(skip))))
-    if limit:
-        params.append(("limit", str(int(limit))))
-    resp = yield Call("GET", sandbox_path(sandbox_id, "events"), timeout, params=params)
-    return [AuditEvent.from_json(e) for e in json_body(resp).get("events") or []]
+    """The events after ``skip``, all of them (limit None) or at most
+    ``limit``, in pages of EVENTS_PAGE: a page shorter than asked for is
+    the last."""
+    skip, want = int(skip), None if limit is None else int(limit)
+    if skip < 0 or (want is not None and want < 0):
+        raise InvalidArgumentError("skip and limit must be ≥ 0")
+    out: list[AuditEvent] = []
+    while want is None or len(out) < want:
+        n = EVENTS_PAGE if want is None else min(EVENTS_PAGE, want - len(out))
+        params = [("skip", str(skip + len(out))), ("limit", str(n))]
+        resp = yield Call("GET", sandbox_path(sandbox_id, "events"), timeout, params=params)
+        page = [AuditEvent.from_json(e) for e in json_body(resp).get("events") or []]
+        out.extend(page[:n])
+        if len(page) < n:
+            break
+    return out
 
 
 # FOLLOW_TIMEOUT bounds the wait for the next audit event of a followed

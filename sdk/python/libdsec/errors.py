@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 __all__ = [
     "SandboxError",
     "AuthenticationError",
+    "PermissionDeniedError",
+    "ReadOnlyError",
     "InvalidArgumentError",
     "NotFoundError",
     "ConflictError",
@@ -98,7 +100,23 @@ def _rebuild(cls: type[SandboxError], args: tuple[Any, ...], state: dict[str, An
 
 
 class AuthenticationError(SandboxError):
-    """The token is missing or wrong (401), or not allowed to do this (403)."""
+    """The token is missing, wrong or revoked (401)."""
+
+
+class PermissionDeniedError(SandboxError):
+    """The sandbox or the server does not permit the operation (403).
+
+    The token is fine: the refusal is the sandbox's (the phase forbids the
+    write or the program, the file's permissions refuse it) or the server's
+    configuration. ``code`` names the condition, e.g.
+    ``"executable_not_allowed"`` or ``"permission_denied"``.
+    """
+
+
+class ReadOnlyError(PermissionDeniedError):
+    """A write to a path that is read-only (403): the current phase does not
+    list it as writable (``code`` ``"read_only"`` or ``"read_only_path"``),
+    or it lies on a read-only file system."""
 
 
 class InvalidArgumentError(SandboxError):
@@ -214,7 +232,7 @@ class ConnectionError(SandboxError, builtins.ConnectionError):
 _BY_CLASS: dict[str, type[SandboxError]] = {
     "invalid_argument": InvalidArgumentError,
     "unauthenticated": AuthenticationError,
-    "permission_denied": AuthenticationError,
+    "permission_denied": PermissionDeniedError,
     "not_found": NotFoundError,
     "conflict": ConflictError,
     "too_large": PayloadTooLargeError,
@@ -228,7 +246,7 @@ _BY_CLASS: dict[str, type[SandboxError]] = {
 _BY_STATUS: dict[int, type[SandboxError]] = {
     400: InvalidArgumentError,
     401: AuthenticationError,
-    403: AuthenticationError,
+    403: PermissionDeniedError,
     404: NotFoundError,
     409: ConflictError,
     413: PayloadTooLargeError,
@@ -240,6 +258,8 @@ _BY_STATUS: dict[int, type[SandboxError]] = {
 
 _BY_CODE: dict[str, type[SandboxError]] = {
     "sandbox_not_running": SandboxNotRunningError,
+    "read_only": ReadOnlyError,
+    "read_only_path": ReadOnlyError,
 }
 
 

@@ -218,7 +218,11 @@ class Sandbox:
         """What the node's eBPF monitor saw in the sandbox, oldest first: execs
         and watched system calls with their verdicts and the rules they hit
         (e.g. ``mount``, ``test-tampering``, ``metadata-connect``). Works
-        after the sandbox ended too."""
+        after the sandbox ended too.
+
+        All the events after the first ``skip`` are returned, or at most
+        ``limit``; the SDK asks for them in pages of 1,000 (the server's
+        page), so a busy sandbox's events come whole."""
         return self._client.run(_ops.audit_events(self.sandbox_id, skip, limit, self._rt))
 
     def follow_events(self, skip: int = 0) -> Iterator[AuditEvent]:

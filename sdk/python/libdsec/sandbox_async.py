@@ -158,7 +158,8 @@ class AsyncSandbox:
         """What the node's eBPF monitor saw in the sandbox, oldest first: execs
         and watched system calls with their verdicts and the rules they hit
         (e.g. ``mount``, ``test-tampering``, ``metadata-connect``). Works
-        after the sandbox ended too."""
+        after the sandbox ended too. As Sandbox.events: all of them after
+        ``skip``, or at most ``limit``, fetched in pages of 1,000."""
         return await self._client.run(_ops.audit_events(self.sandbox_id, skip, limit, self._rt))
 
     async def follow_events(self, skip: int = 0) -> AsyncIterator[AuditEvent]:

@@ -403,3 +403,71 @@ def test_container_follow_events(conn: Conn, labels: dict[str, str]) -> None:
         sb.kill()
     # After the sandbox, the stream ends by itself with everything kept.
     assert ("test-tampering", "/w/tests/test_f.py") in {(e.rule, e.path) for e in sb.follow_events()}
+
+
+def test_container_events_page_through(container: Sandbox, conn: Conn) -> None:
+    """sb.events() returns every event, past the server's page of 1,000."""
+    import httpx
+
+    container.commands.run("i=0; while [ $i -lt 600 ]; do /bin/true; i=$((i+1)); done")
+
+    def raw(skip: int = 0) -> list[dict]:
+        r = httpx.get(
+            f"{conn['url']}/v1/sandboxes/{container.sandbox_id}/events",
+            params={"skip": skip, "limit": 10000},
+            headers={"Authorization": f"Bearer {conn['token']}"},
+            timeout=30,
+        )
+        r.raise_for_status()
+        return r.json()["events"]
+
+    # The monitor's events arrive shortly after the command: wait until
+    # their count stops growing.
+    deadline, last = time.monotonic() + 20, -1
+    while True:
+        n = len(raw())
+        if n == last or time.monotonic() > deadline:
+            break
+        last = n
+        time.sleep(0.5)
+    assert n > 1100, f"only {n} events for 600 execs"
+    evs = container.events()
+    assert len(evs) == n, f"events() returned {len(evs)} of the {n} stored"
+    key = [(e.pid, e.kind, e.syscall, e.path) for e in evs]
+    assert key == [(e["pid"], e["kind"], e.get("syscall", ""), e.get("path", "")) for e in raw()]
+    assert len(container.events(limit=1001)) == 1001
+    tail = container.events(skip=n - 5, limit=1500)
+    assert [(e.pid, e.kind, e.syscall, e.path) for e in tail] == key[-5:]
+
+
+def test_container_read_only_phase_raises_read_only(conn: Conn, labels: dict[str, str]) -> None:
+    """A write the phase refuses is a ReadOnlyError (403), not an
+    AuthenticationError."""
+    from libdsec import AuthenticationError, PermissionDeniedError, ReadOnlyError
+
+    phases = [{"name": "setup"}, {"name": "frozen", "writable": []}]
+    with Sandbox.create(tier="container", image="busybox", phases=phases, metadata=labels, **conn) as sb:
+        sb.files.write("/workspace/a.txt", "before")
+        sb.set_phase("frozen")
+        with pytest.raises(ReadOnlyError) as e:
+            sb.files.write("/workspace/a.txt", "after")
+        assert isinstance(e.value, PermissionDeniedError) and not isinstance(e.value, AuthenticationError)
+        assert e.value.status == 403 and e.value.code == "read_only", e.value
+        assert sb.files.read("/workspace/a.txt") == "before"
+
+
+def test_container_executables_refusal_says_why(conn: Conn, labels: dict[str, str]) -> None:
+    """A refused executables pattern's reason is in the exception's message;
+    a tree pattern (dir/**) is accepted."""
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create(
+            tier="container", image="busybox", metadata=labels,
+            phases=[{"name": "setup"}, {"name": "test", "executables": ["/usr/local/go/*/bin"]}], **conn,
+        )
+    assert e.value.code == "invalid_executable"
+    assert "phase test" in str(e.value) and "/usr/local/go/*/bin" in str(e.value) and "trailing /*" in str(e.value), e.value
+    phases = [{"name": "setup"}, {"name": "test", "executables": ["/bin/**"]}]
+    with Sandbox.create(tier="container", image="busybox", phases=phases, metadata=labels, **conn) as sb:
+        assert sb.get_info().phases[1]["executables"] == ["/bin/**"]
+        sb.set_phase("test")
+        assert sb.commands.run("echo ran").stdout == "ran\n"

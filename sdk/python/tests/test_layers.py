@@ -21,6 +21,7 @@ from libdsec import (
     ConflictError,
     Image,
     ImageInfo,
+    InvalidArgumentError,
     Layer,
     LayerInfo,
     NotFoundError,
@@ -162,3 +163,28 @@ def test_async_layers_and_images(conn: Conn, labels: dict[str, str], tmp_path: P
             await AsyncLayer.delete(layer.id, **conn)
 
     asyncio.run(main())
+
+
+def test_image_for_container_gets_the_agent(conn: Conn, labels: dict[str, str]) -> None:
+    """An image composed from a bare base runs on the container tier (the
+    server adds its agent layer), and a base may name an image."""
+    base = _builtin(conn, "base/busybox:")
+    assert base, "the server has no base/busybox layer"
+    uid = labels["uid"]
+    bare, on_image = f"libdsec-test/bare-{uid}:1", f"libdsec-test/onimg-{uid}:1"
+    img = Image.create(bare, base=base, **conn)
+    try:
+        assert [role for role, _ in img.layers] == ["base", "toolkit"], img.layers
+        with Sandbox.create(tier="container", image=bare, metadata=labels, **conn) as sb:
+            assert sb.commands.run("echo ran").stdout == "ran\n"
+        # The built-in busybox image as the base: its layers, nothing added.
+        child = Image.create(on_image, base="busybox", tiers=["container"], **conn)
+        try:
+            assert child.layers == Image.get("busybox", **conn).layers
+        finally:
+            Image.delete(child.id, **conn)
+        with pytest.raises(InvalidArgumentError) as e:
+            Image.create(f"libdsec-test/bad-{uid}:1", base=base, workspace="busybox", **conn)
+        assert e.value.code == "image_not_layer" and "only be the base" in str(e.value)
+    finally:
+        Image.delete(img.id, **conn)

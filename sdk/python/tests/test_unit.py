@@ -77,7 +77,7 @@ def test_retry_after_http_date() -> None:
     [
         (400, "invalid_argument", InvalidArgumentError),
         (401, "unauthenticated", AuthenticationError),
-        (403, "permission_denied", AuthenticationError),
+        (403, "permission_denied", libdsec.PermissionDeniedError),
         (404, "not_found", NotFoundError),
         (409, "conflict", ConflictError),
         (413, "too_large", PayloadTooLargeError),
@@ -101,6 +101,17 @@ def test_sandbox_not_running() -> None:
     e = _err(409, {"code": "sandbox_not_running", "message": "sandbox x is stopped", "class": "conflict"})
     assert type(e) is libdsec.SandboxNotRunningError
     assert isinstance(e, NotFoundError) and isinstance(e, ConflictError) and e.status == 409
+
+
+def test_permission_denied_is_not_authentication() -> None:
+    """A 403 (the sandbox refuses) is not a 401 (the token is bad); a write
+    a phase refuses is a ReadOnlyError, whatever the tier's code."""
+    for code in ("read_only", "read_only_path"):
+        e = _err(403, {"code": code, "message": "/etc/x is read-only", "class": "permission_denied"})
+        assert type(e) is libdsec.ReadOnlyError and isinstance(e, libdsec.PermissionDeniedError), e
+        assert not isinstance(e, AuthenticationError)
+    e = _err(403, {"code": "executable_not_allowed", "message": "no", "class": "permission_denied"})
+    assert type(e) is libdsec.PermissionDeniedError and not isinstance(e, AuthenticationError)
 
 
 def test_class_wins_over_status() -> None:
