@@ -51,9 +51,16 @@ var watchedSyscalls = map[uint32]struct {
 	// Process creation, failures only (a fork bomb meeting pids.max:
 	// EAGAIN). clone3 is left out: the seccomp profile answers it ENOSYS
 	// for every libc to fall back to clone.
-	56:  {"clone", reportFailed},
-	57:  {"fork", reportFailed},
-	58:  {"vfork", reportFailed},
+	56: {"clone", reportFailed},
+	57: {"fork", reportFailed},
+	58: {"vfork", reportFailed},
+	// Kernel objects counted per user (inotify instances and watches,
+	// POSIX message queue bytes), failures only: a sandbox using up its
+	// quota (EMFILE, ENOSPC).
+	253: {"inotify_init", reportFailed},
+	294: {"inotify_init1", reportFailed},
+	254: {"inotify_add_watch", reportFailed},
+	240: {"mq_open", reportFailed},
 	87:  {"unlink", reportPath0},
 	263: {"unlinkat", reportPath1},
 	82:  {"rename", reportPath0},
