@@ -1,0 +1,95 @@
+package container
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/sys"
+)
+
+// TestKernelQuotasPerSandbox checks that the kernel's per-user counts
+// are each sandbox's own: a sandbox that uses up its inotify instances
+// (fs.inotify.max_user_instances) and its POSIX message queue bytes
+// (RLIMIT_MSGQUEUE) leaves a neighbour sandbox and host root able to
+// make both, and the monitor reports the refusals. With every sandbox's
+// user namespace owned by host root, all of them and host root drew on
+// one budget: the neighbour and the host got EMFILE.
+func TestKernelQuotasPerSandbox(t *testing.T) {
+	world.get(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	_, netRange := names(dir)
+	rec, log := startAudit(t, netRange)
+	rt := newRuntime(t, dir, runtimeOptions{monitor: rec})
+	e := newIsoEnv(t, rt)
+	e.audit = log
+	hog, neighbour := e.create(t, "quota-hog", nil), e.create(t, "quota-neighbour", nil)
+
+	// Each sandbox's user namespace has an owner of its own among the
+	// node's ids: not host root, not another sandbox's.
+	owners := map[int]string{}
+	for _, sb := range []*Sandbox{hog, neighbour} {
+		o, err := sys.UserNSOwner(sb.state.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o <= rt.opt.HostUID || o >= rt.opt.HostUID+rt.opt.IDCount || o != sb.state.Owner {
+			t.Errorf("%s's user namespace is owned by uid %d (recorded: %d), want one of the node's ids %d–%d",
+				sb.id, o, sb.state.Owner, rt.opt.HostUID+1, rt.opt.HostUID+rt.opt.IDCount-1)
+		}
+		if other, dup := owners[o]; dup {
+			t.Errorf("%s and %s share the owner %d", sb.id, other, o)
+		}
+		owners[o] = sb.id
+	}
+
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The hog takes every inotify instance it can and keeps them (a
+	// sleep holds them), and makes message queues until refused.
+	got := probeIn(t, hog, "inotify", strconv.Itoa(limit+16), "hold")
+	if got.get(t, "inotify") != strconv.Itoa(limit) || got.get(t, "err") != "EMFILE" {
+		t.Errorf("the hog's inotify instances: %v, want %d, then EMFILE (its own budget, max_user_instances)", got, limit)
+	}
+	queues := probeIn(t, hog, "mqueue", "1000", "hold")
+	if n, _ := strconv.Atoi(queues.get(t, "mqueue")); n == 0 || queues.get(t, "err") != "EMFILE" {
+		t.Errorf("the hog's message queues: %v, want some, then EMFILE (RLIMIT_MSGQUEUE)", queues)
+	}
+	t.Logf("the hog holds %s inotify instances and %s message queues", got.get(t, "inotify"), queues.get(t, "mqueue"))
+
+	// The neighbour and host root still make both.
+	for _, c := range []struct {
+		where string
+		got   kv
+	}{
+		{"the neighbour sandbox", probeIn(t, neighbour, "inotify", "1")},
+		{"the neighbour sandbox", probeIn(t, neighbour, "mqueue", "1")},
+		{"host root", e.hostProbe(t, nil, "inotify", "1")},
+		{"host root", e.hostProbe(t, nil, "mqueue", "1")},
+	} {
+		if c.got["err"] != "OK" {
+			t.Errorf("%s, while the hog holds its quota: %v, want OK", c.where, c.got)
+		}
+	}
+	// What the hog holds goes with it (before the checks above, held
+	// by host root's budget, it starved the whole host).
+	run(t, hog, "kill", got.get(t, "held"))
+
+	// The refusals are audited; the neighbour's calls succeeded and hit
+	// no rule.
+	for _, sc := range []string{"inotify_init1", "mq_open"} {
+		e.auditedWhere(t, hog, "kernel-quota-exhausted", "failed", sc+" EMFILE", func(ev api.AuditEvent) bool {
+			return ev.Syscall == sc && ev.Result == -24
+		})
+	}
+	e.notHit(t, neighbour, "kernel-quota-exhausted")
+}
