@@ -219,6 +219,8 @@ type runtimeOptions struct {
 	// DefaultIDBase, so its sandboxes are for what needs no root of
 	// theirs (the stray tests).
 	hostUID int
+	// noZygote: Options.NoZygote (the node forks sandboxes itself).
+	noZygote bool
 }
 
 // newRuntime makes a runtime over dir. At the test's end it is closed,
@@ -258,7 +260,7 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 	opt := Options{
 		StateDir: dir, DataDir: tempTop(dir), Reach: []string{filepath.Join(dir, "layers")},
 		Layers: layers, Network: nets, Cgroups: cg, Logger: log, Version: "test",
-		Warm: ro.warm, Monitor: ro.monitor, HostUID: ro.hostUID, HostGID: ro.hostUID,
+		Warm: ro.warm, Monitor: ro.monitor, HostUID: ro.hostUID, HostGID: ro.hostUID, NoZygote: ro.noZygote,
 	}
 	if !ro.noSeccomp {
 		opt.Seccomp = func(caps []string) ([]byte, error) { return seccomp.Program(seccomp.Options{Caps: caps}) }

@@ -1,12 +1,15 @@
 package container
 
 import (
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -92,4 +95,48 @@ func TestKernelQuotasPerSandbox(t *testing.T) {
 		})
 	}
 	e.notHit(t, neighbour, "kernel-quota-exhausted")
+}
+
+// TestNodeForksOwnedSandboxes checks the node's own forks (no zygote):
+// the forker thread gives the sandbox's user namespace its owner and
+// sets its open files limit as that owner, and goes back to root.
+func TestNodeForksOwnedSandboxes(t *testing.T) {
+	w := world.get(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{noZygote: true})
+	var sbs []*Sandbox
+	for _, id := range []string{"forked1", "forked2"} {
+		sbs = append(sbs, createIn(t, rt, sandbox.Spec{ID: id, Image: w.image()}, nil))
+	}
+	for _, sb := range sbs {
+		if o, err := sys.UserNSOwner(sb.state.Pid); err != nil || o != sb.state.Owner || o <= rt.opt.HostUID {
+			t.Errorf("%s's user namespace is owned by %d (%v), want its own owner %d", sb.id, o, err, sb.state.Owner)
+		}
+		if res := run(t, sb, "sh", "-c", "ulimit -n; ulimit -Hn"); res.Stdout != fmt.Sprintf("%d\n%d\n", rt.opt.Nofile, rt.opt.Nofile) {
+			t.Errorf("%s's open files limits: %+v, want %d", sb.id, res, rt.opt.Nofile)
+		}
+	}
+	if sbs[0].state.Owner == sbs[1].state.Owner {
+		t.Errorf("both sandboxes are owned by %d", sbs[0].state.Owner)
+	}
+	rt.zmu.Lock()
+	z := rt.zygote
+	rt.zmu.Unlock()
+	if z != nil {
+		t.Error("a zygote runs")
+	}
+	// The forker threads are root again (and in the host's network).
+	rt.forker.mu.Lock()
+	tids := slices.Clone(rt.forker.tids)
+	rt.forker.mu.Unlock()
+	for _, tid := range tids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", tid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "Uid:\t0\t0\t0\t0\n") {
+			t.Errorf("forker thread %d after the forks:\n%s", tid, b)
+		}
+	}
 }
