@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
@@ -161,6 +162,15 @@ func TestPhaseDevReadOnly(t *testing.T) {
 		}
 		if got := probe(); got != step.want {
 			t.Errorf("phase %s (writable %q):\n%s\nwant\n%s", p.Name, p.Writable, got, step.want)
+		}
+		// A terminal still opens (/dev/ptmx leads to the devpts mount).
+		c, err := sb.agent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Exec(ctx, agentproto.ExecRequest{Argv: sh("tty"), PTY: &agentproto.PTYSize{Rows: 24, Cols: 80}}, agentproto.Output{})
+		if err != nil || res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "/dev/pts/") {
+			t.Errorf("phase %s: a command on a PTY: %v %+v", p.Name, err, res)
 		}
 	}
 }
