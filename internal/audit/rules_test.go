@@ -123,6 +123,11 @@ func TestDefaultRules(t *testing.T) {
 		{withPath(sys("openat", 3), "/dev/shm/x"), ""}, // shared memory, written
 		{withPath(sys("openat", -28), "/tmp/i/12000"), "quota-exhausted"},
 		{sys("fallocate", -28), "quota-exhausted"},
+		{sys("inotify_init1", -24), "kernel-quota-exhausted"},
+		{sys("inotify_add_watch", -28), "kernel-quota-exhausted"},
+		{sys("mq_open", -24), "kernel-quota-exhausted"},
+		{sys("inotify_add_watch", -2), ""}, // a missing path
+		{sys("mq_open", -2), ""},           // no such queue
 		{withPath(sys("openat", -30), "/etc/passwd"), "read-only-write"},
 		{withPath(sys("openat", -2), "/etc/nope/x"), ""},
 	} {

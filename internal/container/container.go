@@ -136,6 +136,18 @@ type Runtime struct {
 
 	warm *warmPool // nil: none
 
+	owners *owners // of sandboxes' user namespaces
+	node   string  // nodeMark(StateDir)
+
+	// Test hooks (nil outside tests), set before the runtime's first
+	// create: testZygoteAnswer sees the pid of each answer of the
+	// zygote, and an error it returns stands for an answer that did not
+	// arrive in time; testBeforeJoin runs between a fork and the
+	// process's cgroup join, and an error it returns fails the create
+	// there.
+	testZygoteAnswer func(pid int) error
+	testBeforeJoin   func(pid int) error
+
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*Sandbox
 	closed    bool
@@ -170,7 +182,7 @@ func New(ctx context.Context, opt Options) (*Runtime, error) {
 		return nil, fmt.Errorf("starting the forker: %w", err)
 	}
 	return &Runtime{opt: opt, log: opt.Logger.With("tier", Tier), forker: fk, sandboxes: map[string]*Sandbox{},
-		warm: newWarmPool(opt.Warm)}, nil
+		warm: newWarmPool(opt.Warm), owners: newOwners(opt.HostUID, opt.IDCount), node: nodeMark(opt.StateDir)}, nil
 }
 
 // forkers is how many threads fork sandboxes (a fork takes ~1 ms of CPU).

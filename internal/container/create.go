@@ -285,7 +285,15 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 		// Every group of the sandbox may ping: its own ids.
 		cfg.OwnNetwork, cfg.NetSysctls = true, network.LoopbackSysctls(fmt.Sprintf("0 %d", r.opt.IDCount-1))
 	}
-	pid, wait, client, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg, rootFD)
+	// The owner of the sandbox's user namespace: per-user kernel counts
+	// are charged to it (owners.go).
+	owner, err := r.owners.take()
+	if err != nil {
+		return nil, err
+	}
+	cu.Add(func() { r.owners.release(owner) })
+	st.Owner = owner
+	pid, wait, client, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg, rootFD, owner)
 	if pid != 0 {
 		cu.Add(func() {
 			_ = cg.Kill(context.Background())
@@ -378,14 +386,39 @@ func (r *Runtime) findGuest(ctx context.Context, layers []layerspec.Layer) (stri
 		"the container tier needs the agent at /%s: add the toolkit/dsec-guest layer to the image", GuestPath)
 }
 
-// start forks the sandbox's first process in its namespaces, places it in
-// its cgroups, hands it its config and greets its agent over a socket pair
-// made for it, which is the node's first connection: the greeting is
-// answered once the sandbox is set up, so readiness, connecting and the
-// protocol check are one round trip. It returns the process's pid (0 if
-// none was started), a function that waits for it to exit and the agent's
-// client; on error the caller kills the process.
-func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig, root *os.File) (int, func(), *agentproto.Client, error) {
+// errZygoteLost: the zygote's answer to a request did not come (it
+// died, or the answer was late). It may have forked a process for the
+// request, which holds the request's descriptors: they must not go to
+// another process, or two would read one config and share one
+// connection, and the one the node never heard of would run outside
+// every cgroup (what an overloaded node once left behind).
+var errZygoteLost = errors.New("the zygote's answer was lost")
+
+// start forks the sandbox's first process in its namespaces, its user
+// namespace owned by owner, places it in its cgroups, hands it its
+// config and greets its agent over a socket pair made for it, which is
+// the node's first connection: the greeting is answered once the sandbox
+// is set up, so readiness, connecting and the protocol check are one
+// round trip. It returns the process's pid (0 if none was started), a
+// function that waits for it to exit and the agent's client. On error
+// the process, if one was started, has been killed through its pidfd,
+// wherever it failed: before or after it joined its cgroups. A zygote
+// whose answer was lost is replaced and asked once more, with new
+// descriptors (a process it forked for the first request finds its
+// config pipe closed and exits).
+func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig, root *os.File, owner int) (int, func(), *agentproto.Client, error) {
+	for attempt := 1; ; attempt++ {
+		pid, wait, client, err := r.startOnce(ctx, exe, dir, netns, cg, cfg, root, owner)
+		if !errors.Is(err, errZygoteLost) || attempt == 2 || ctx.Err() != nil {
+			return pid, wait, client, err
+		}
+	}
+}
+
+// killWait is how long a failed start waits for the process it killed.
+const killWait = 10 * time.Second
+
+func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig, root *os.File, owner int) (int, func(), *agentproto.Client, error) {
 	var files startFiles
 	defer files.close()
 	if err := files.open(dir); err != nil {
@@ -409,22 +442,31 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 		return 0, nil, nil, err
 	}
 	defer ns.Close()
-	pid, wait, err := r.fork(ctx, ns, netns == "", files.console, []*os.File{files.cfgR, files.syncW, files.guestConn, root, bin})
+	pid, child, wait, err := r.fork(ctx, ns, netns == "", files.console, []*os.File{files.cfgR, files.syncW, files.guestConn, root, bin}, owner)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("starting the sandbox: %w", err)
 	}
+	defer child.Close()
 	files.started()
 	fail := func(err error) (int, func(), *agentproto.Client, error) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		// (No pidfd: an old zygote's process that was gone already.)
+		if kerr := child.Kill(); kerr != nil {
+			r.log.Warn("killing the first process of a failed create", "pid", pid, "err", kerr)
+		}
+		if werr := child.Wait(killWait); werr != nil {
+			r.log.Warn("the first process of a failed create outlived its kill", "pid", pid, "err", werr)
+		}
 		return pid, wait, nil, err
+	}
+	if r.testBeforeJoin != nil {
+		if err := r.testBeforeJoin(pid); err != nil {
+			return fail(err)
+		}
 	}
 	// Under cgroup v1 the parent moves the child while it waits for its
 	// config (CLONE_INTO_CGROUP is v2 only): nothing of the sandbox runs
 	// outside its cgroups.
 	if err := cg.AddProc(pid); err != nil {
-		return fail(err)
-	}
-	if err := sys.SetNofile(pid, r.opt.Nofile); err != nil {
 		return fail(err)
 	}
 	conn, err := net.FileConn(files.hostConn)
@@ -451,52 +493,69 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 // fork starts a sandbox's first process (guest.SandboxCommand) with
 // extra as its fds 3–7, joined to network namespace ns (one the node
 // owns: sandbox root has no CAP_NET_ADMIN over it) or, with newNet, in
-// a new one of its own, from the forker's
-// small mount namespace: by the zygote, or if it cannot run, from a
-// forker thread of the node. It returns the pid and a function that
-// waits for the process to exit.
-func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *os.File, extra []*os.File) (int, func(), error) {
-	req := guest.ZygoteRequest{UID: r.opt.HostUID, GID: r.opt.HostGID, Count: r.opt.IDCount, NewNet: newNet}
+// a new one of its own, its user namespace owned by owner, from the
+// forker's small mount namespace: by the zygote, or if it cannot run,
+// from a forker thread of the node. It returns the pid, a pidfd of the
+// process (for the caller to close) and a function that waits for the
+// process to exit. An error wrapping errZygoteLost says the zygote,
+// dropped now, may have forked a process that holds extra.
+func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *os.File, extra []*os.File, owner int) (int, *sys.Pidfd, func(), error) {
+	req := guest.ZygoteRequest{UID: r.opt.HostUID, GID: r.opt.HostGID, Count: r.opt.IDCount, NewNet: newNet,
+		Owner: owner, Nofile: r.opt.Nofile, Node: r.node}
 	files := append([]*os.File{ns, console}, extra...)
-	for attempt := 1; ; attempt++ {
-		z := r.zygoteFor(extra[4])
-		if z == nil {
-			break
+	if z := r.zygoteFor(extra[4]); z != nil {
+		pid, child, gotOwner, err := z.start(ctx, req, files)
+		if err == nil && r.testZygoteAnswer != nil {
+			if err = r.testZygoteAnswer(pid); err != nil {
+				child.Close()
+			}
 		}
-		pid, err := z.start(ctx, req, files)
-		if err == nil {
+		switch {
+		case errors.Is(err, errRefused):
+			return 0, nil, nil, err
+		case err != nil:
+			// Dead, or out of step (a timed-out answer).
+			r.log.Warn("dropping the zygote", "err", err)
+			r.dropZygote(z)
+			return 0, nil, nil, fmt.Errorf("%w: %w", errZygoteLost, err)
+		}
+		if child == nil {
+			// A zygote too old to send one (the pid is fresh: the zygote
+			// answered as it forked, and the process waits for its config).
+			child, _ = sys.OpenPidfd(pid)
+		}
+		if gotOwner == owner {
 			// Its parent is the zygote, which lets the kernel reap it.
-			return pid, func() { waitGone(pid) }, nil
+			return pid, child, func() { waitGone(pid) }, nil
 		}
-		if errors.Is(err, errRefused) {
-			return 0, nil, err
-		}
-		// Dead, or out of step (a timed-out answer): dropped.
-		r.log.Warn("dropping the zygote", "err", err)
+		// A zygote too old to give the namespace its owner: the process
+		// goes, and the node forks every sandbox itself from now on.
+		r.log.Warn("the zygote cannot give sandboxes' user namespaces their owners: the node forks sandboxes itself")
+		_ = child.Kill()
+		_ = child.Wait(killWait)
+		child.Close()
+		r.zmu.Lock()
+		r.zygoteFailed = true
+		r.zmu.Unlock()
 		r.dropZygote(z)
-		if !retryFork(err) || attempt == 2 || ctx.Err() != nil {
-			return 0, nil, err
-		}
 	}
 	cmd := guest.SandboxCommand(req, console, extra)
-	if err := r.forker.fork(ns, cmd.Start); err != nil {
-		return 0, nil, err
+	if err := r.forker.fork(ns, owner, func() error { return guest.StartSandbox(cmd, req) }); err != nil {
+		if cmd.Process != nil {
+			// Started, and its thread could not go back: it goes.
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		guest.CommandPidfd(cmd).Close()
+		return 0, nil, nil, err
 	}
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	return cmd.Process.Pid, func() { <-done }, nil
+	return cmd.Process.Pid, guest.CommandPidfd(cmd), func() { <-done }, nil
 }
-
-// retryFork reports whether a fork the zygote failed may be asked of
-// another with the same descriptors: only if the first never got the
-// request. One that did may still fork it (its answer timed out, under
-// load): two processes would then hold the sandbox's config pipe and
-// connection, and the one that read the config could be the one not
-// placed in the sandbox's cgroups.
-func retryFork(err error) bool { return errors.Is(err, errNotSent) }
 
 // startFiles are the descriptors start hands the sandbox: its config
 // pipe, its sync pipe (where a failed setup writes its error) and one end

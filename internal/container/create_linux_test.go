@@ -206,12 +206,12 @@ func TestZygoteAnswers(t *testing.T) {
 	if z == nil {
 		t.Fatal("no zygote")
 	}
-	if _, err := z.start(context.Background(), guest.ZygoteRequest{}, nil); !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "descriptors") {
+	if _, _, _, err := z.start(context.Background(), guest.ZygoteRequest{}, nil); !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "descriptors") {
 		t.Errorf("a request without descriptors: %v, want a refusal", err)
 	}
 	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	if _, err := z.start(past, guest.ZygoteRequest{}, nil); err == nil || errors.Is(err, errRefused) {
+	if _, _, _, err := z.start(past, guest.ZygoteRequest{}, nil); err == nil || errors.Is(err, errRefused) {
 		t.Errorf("a request past its deadline: %v, want a transport error", err)
 	}
 	if !z.alive() {
@@ -227,5 +227,29 @@ func (z *zygote) alive() bool {
 		return false
 	default:
 		return true
+	}
+}
+
+// TestMountinfoNamesNoHostPath checks that a sandbox's mount table names
+// no path of the node's. The root overlay's options, which
+// /proc/self/mountinfo shows, named the layer cache's directories and
+// the sandbox's state directory (the node's data directory): where an
+// escape would aim.
+func TestMountinfoNamesNoHostPath(t *testing.T) {
+	w := world.get(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{})
+	sb := createIn(t, rt, sandbox.Spec{ID: "mountinfo", Image: w.image()}, nil)
+	res := run(t, sb, "cat", "/proc/self/mountinfo", "/proc/self/mounts")
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, " / / ") || !strings.Contains(res.Stdout, "overlay") {
+		t.Fatalf("the sandbox's mount table: %+v", res)
+	}
+	for _, host := range []string{tempTop(dir), w.dir} {
+		for line := range strings.Lines(res.Stdout) {
+			if strings.Contains(line, host) {
+				t.Errorf("the sandbox's mount table names the host's %s: %s", host, line)
+			}
+		}
 	}
 }

@@ -215,6 +215,13 @@ type runtimeOptions struct {
 	// netRange, if set, replaces the /24 of names (the density benchmark
 	// needs thousands of addresses); it must not overlap 10.224.0.0/12.
 	netRange netip.Prefix
+	// hostUID, if set, is the runtime's id range (Options.HostUID and
+	// HostGID) instead of DefaultIDBase: the layers stay id-mapped to
+	// DefaultIDBase, so its sandboxes are for what needs no root of
+	// theirs (the stray tests).
+	hostUID int
+	// noZygote: Options.NoZygote (the node forks sandboxes itself).
+	noZygote bool
 }
 
 // newRuntime makes a runtime over dir. At the test's end it is closed,
@@ -254,7 +261,8 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 	opt := Options{
 		StateDir: dir, DataDir: tempTop(dir), Reach: []string{filepath.Join(dir, "layers")},
 		Layers: layers, Network: nets, Cgroups: cg, Logger: log, Version: "test",
-		Warm: ro.warm, Monitor: ro.monitor, PhaseTimeout: ro.phaseTimeout,
+		Warm: ro.warm, Monitor: ro.monitor, HostUID: ro.hostUID, HostGID: ro.hostUID, NoZygote: ro.noZygote,
+		PhaseTimeout: ro.phaseTimeout,
 	}
 	if !ro.noSeccomp {
 		opt.Seccomp = func(caps []string) ([]byte, error) { return seccomp.Program(seccomp.Options{Caps: caps}) }

@@ -41,6 +41,7 @@ type forker struct {
 
 type forkReq struct {
 	netns *os.File     // the namespace the process starts in
+	owner int          // the thread's effective uid for start (0: its own)
 	start func() error // forks it (exec.Cmd.Start)
 	done  chan error
 }
@@ -119,10 +120,20 @@ func (f *forker) serve(host *os.File) {
 		case r := <-f.reqs:
 			err := sys.SetThreadNetns(r.netns)
 			if err == nil {
-				err = r.start()
-				if rerr := sys.SetThreadNetns(host); rerr != nil {
-					// This thread is in a sandbox's network: replace it.
-					r.done <- errors.Join(err, fmt.Errorf("forker: back to the host's network: %w", rerr))
+				stuck := false
+				if r.owner != 0 {
+					stuck, err = sys.WithThreadEUID(r.owner, r.start)
+				} else {
+					err = r.start()
+				}
+				rerr := errors.New("its effective uid is not its own")
+				if !stuck {
+					rerr = sys.SetThreadNetns(host)
+				}
+				if rerr != nil {
+					// This thread is in a sandbox's network, or runs as
+					// another uid: replace it.
+					r.done <- errors.Join(err, fmt.Errorf("forker: back to the host's network and uid: %w", rerr))
 					go func() { _ = f.spawn() }() // refused once closing
 					return
 				}
@@ -132,9 +143,10 @@ func (f *forker) serve(host *os.File) {
 	}
 }
 
-// fork runs start on a forking thread joined to netns.
-func (f *forker) fork(netns *os.File, start func() error) error {
-	r := forkReq{netns: netns, start: start, done: make(chan error, 1)}
+// fork runs start on a forking thread joined to netns, with owner (if
+// not 0) as its effective uid (see sys.WithThreadEUID).
+func (f *forker) fork(netns *os.File, owner int, start func() error) error {
+	r := forkReq{netns: netns, owner: owner, start: start, done: make(chan error, 1)}
 	select {
 	case f.reqs <- r:
 	case <-f.stop:

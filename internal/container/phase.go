@@ -30,8 +30,9 @@ import (
 // path becomes a writable bind mount of itself on top of it, made from
 // the host in the sandbox's mount namespace; paths are resolved without
 // following symlinks and without leaving the root mount, so a sandbox
-// cannot point one elsewhere. /dev, /dev/shm and /proc are separate
-// mounts and unaffected.
+// cannot point one elsewhere. /dev and /dev/shm, tmpfs mounts of the
+// sandbox's, are read-only in a phase with writable paths (/dev/shm
+// stays writable if the phase names it); /proc is unaffected.
 
 var _ sandbox.Phaser = (*Sandbox)(nil)
 
@@ -217,13 +218,50 @@ func (r *Runtime) setWritable(sb *Sandbox, p api.Phase, old *api.Phase) error {
 	}
 	var oldWritable []string
 	if old != nil {
-		oldWritable = old.Writable
+		oldWritable = rootWritable(old.Writable)
 	}
 	return sys.InMountNS(ns, func() error {
-		err := sys.ReplaceWritable(oldWritable, p.Writable, r.opt.HostUID, r.opt.HostGID)
+		err := sys.ReplaceWritable(oldWritable, rootWritable(p.Writable), r.opt.HostUID, r.opt.HostGID)
 		if ue := (*sys.UnbindableError)(nil); errors.As(err, &ue) {
 			return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", ue.Err, "phase %s: writable path %s", p.Name, ue.Path)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		// /dev and /dev/shm are tmpfs mounts of their own, which the
+		// sandbox's root owns: writable, they were storage no writable
+		// list covered. A phase with a list has /dev read-only, and
+		// /dev/shm too unless the list names it.
+		whole := sandbox.WholeRootWritable(p)
+		for _, m := range []struct {
+			path     string
+			writable bool
+		}{{devPath, whole}, {shmPath, whole || slices.Contains(p.Writable, shmPath)}} {
+			if err := sys.SetMountReadOnly(m.path, !m.writable); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
+}
+
+// The sandbox's own file systems under /dev (guest.SetupSandbox).
+const (
+	devPath = "/dev"
+	shmPath = "/dev/shm"
+)
+
+// rootWritable is writable without /dev/shm, a mount of its own that
+// setWritable makes writable or not (nil stays nil: the whole root).
+func rootWritable(writable []string) []string {
+	if writable == nil || !slices.Contains(writable, shmPath) {
+		return writable
+	}
+	out := []string{}
+	for _, w := range writable {
+		if w != shmPath {
+			out = append(out, w)
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
@@ -104,5 +105,72 @@ func TestPhases(t *testing.T) {
 	}
 	if err := sb.Destroy(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPhaseDevReadOnly checks that /dev and /dev/shm, tmpfs mounts of
+// the sandbox's own beside its root, follow the phase's writable paths:
+// writable without a list, read-only with one (an empty one: nothing is
+// writable), /dev/shm writable again when a list names it. They stayed
+// writable whatever the phase said.
+func TestPhaseDevReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rt := newRuntime(t, dir, runtimeOptions{})
+	ctx := context.Background()
+	phases := []api.Phase{
+		{Name: "open"},
+		{Name: "closed", Writable: []string{}},
+		{Name: "shm", Writable: []string{"/tmp", "/dev/shm"}},
+	}
+	created, err := rt.Create(ctx, sandbox.Spec{ID: "devro", Image: world.image(), Phases: phases})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := created.(*Sandbox)
+	defer sb.Destroy(ctx)
+	// One line per path: "w" if root could write a new file there, "ro"
+	// if it was refused as read-only, else the error; and whether
+	// /dev/null still takes writes (a device, not storage).
+	probe := func() string {
+		t.Helper()
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: sh(
+			`for d in /dev/shm /dev /tmp; do
+				if err=$(touch $d/f.$$ 2>&1); then echo "$d w"; rm -f $d/f.$$;
+				else case "$err" in *Read-only*) echo "$d ro";; *) echo "$d $err";; esac; fi
+			done; echo x > /dev/null && echo null`)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Stdout
+	}
+	for _, step := range []struct {
+		phase int
+		want  string
+	}{
+		{0, "/dev/shm w\n/dev w\n/tmp w\nnull\n"},
+		{1, "/dev/shm ro\n/dev ro\n/tmp ro\nnull\n"},
+		{2, "/dev/shm w\n/dev ro\n/tmp w\nnull\n"},
+		{1, "/dev/shm ro\n/dev ro\n/tmp ro\nnull\n"},
+		{0, "/dev/shm w\n/dev w\n/tmp w\nnull\n"},
+	} {
+		p := phases[step.phase]
+		if sb.Phase() != p.Name {
+			if err := sb.SetPhase(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := probe(); got != step.want {
+			t.Errorf("phase %s (writable %q):\n%s\nwant\n%s", p.Name, p.Writable, got, step.want)
+		}
+		// A terminal still opens (/dev/ptmx leads to the devpts mount).
+		c, err := sb.agent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Exec(ctx, agentproto.ExecRequest{Argv: sh("tty"), PTY: &agentproto.PTYSize{Rows: 24, Cols: 80}}, agentproto.Output{})
+		if err != nil || res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "/dev/pts/") {
+			t.Errorf("phase %s: a command on a PTY: %v %+v", p.Name, err, res)
+		}
 	}
 }

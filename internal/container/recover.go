@@ -76,6 +76,7 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 	for _, sb := range adopted {
 		if sb != nil {
 			r.sandboxes[sb.id] = sb
+			r.owners.hold(sb.state.Owner)
 		}
 	}
 	r.mu.Unlock()
@@ -100,7 +101,8 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 		out = append(out, sb)
 	}
 	// What no adopted sandbox owns goes: networks (namespaces, veths,
-	// nftables elements) and cgroups, killing any process left in them.
+	// nftables elements) and cgroups, killing any process left in them,
+	// and the sandbox processes that are in no cgroup of theirs.
 	live := make([]string, len(out))
 	for i, sb := range out {
 		live[i] = sb.ID()
@@ -114,6 +116,12 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 	if err := r.opt.Cgroups.Sweep(ctx, live); err != nil {
 		r.log.Error("sweeping cgroups no sandbox owns", "err", err)
 	}
+	// And the first processes that never joined their cgroups (strays.go).
+	keep := map[int]bool{}
+	for _, sb := range out {
+		keep[sb.(*Sandbox).state.Pid] = true
+	}
+	r.sweepStrays(keep)
 	return out, nil
 }
 

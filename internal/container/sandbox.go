@@ -201,6 +201,8 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	// mounts were in its namespace).
 	s.wait()
 	s.releaseRoot()
+	// Its user namespace went with its last process.
+	s.rt.owners.release(s.state.Owner)
 	if err := s.rt.opt.Network.Release(ctx, s.id); err != nil {
 		errs = append(errs, err)
 	}

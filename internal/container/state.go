@@ -31,6 +31,9 @@ type state struct {
 	Warm bool `json:"warm,omitempty"`
 	// Prestarted: it was a warm sandbox, claimed by its create.
 	Prestarted bool `json:"prestarted,omitempty"`
+	// Owner is the host uid that owns the sandbox's user namespace (0:
+	// host root, a sandbox of a node from before owners; see owners.go).
+	Owner int `json:"owner,omitempty"`
 	// Phase is the sandbox's current phase (nil without phases).
 	Phase   *api.Phase `json:"phase,omitempty"`
 	Created time.Time  `json:"created"`

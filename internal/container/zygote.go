@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // zygote is the node's end of `dsec-guest zygote` (see guest.Zygote):
@@ -56,7 +57,7 @@ func startZygote(f *forker, bin *os.File) (*zygote, error) {
 	cmd.Dir = "/"
 	cmd.Stderr = os.Stderr
 	cmd.ExtraFiles = []*os.File{theirs, bin}
-	if err := f.fork(host, cmd.Start); err != nil {
+	if err := f.fork(host, 0, cmd.Start); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("starting the zygote: %w", err)
 	}
@@ -72,21 +73,19 @@ func startZygote(f *forker, bin *os.File) (*zygote, error) {
 // process: the connection is still in step.
 var errRefused = errors.New("refused")
 
-// errNotSent marks a request that never reached the zygote: asking
-// another zygote with the same descriptors is safe.
-var errNotSent = errors.New("the request was not sent")
-
 // start asks the zygote for a sandbox's first process; files are in
-// guest.ZygoteFD* order. It returns the process's pid. An error that is
-// not the zygote's answer (wrapping errRefused) leaves requests and
-// answers out of step: the caller must drop the zygote. Unless the
-// error wraps errNotSent, the zygote has the request and may still fork
-// a process holding files. (A process it forked for a request it could
-// not answer exits by itself: its config pipe closes unread.)
-func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os.File) (int, error) {
+// guest.ZygoteFD* order. It returns the process's pid, its pidfd (nil
+// from a zygote too old to send one) and the owner uid the zygote gave
+// its user namespace. An error that is not the zygote's answer (wrapping
+// errRefused) leaves requests and answers out of step: the caller must
+// drop the zygote, and never hand the same descriptors to another
+// process (see Runtime.fork). A process the zygote forked for a request
+// whose answer did not arrive exits by itself: its config pipe closes
+// unread; the zygote kills one whose answer it could not send.
+func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os.File) (int, *sys.Pidfd, int, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, 0, err
 	}
 	fds := make([]int, len(files))
 	for i, f := range files {
@@ -101,24 +100,64 @@ func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os
 	_ = z.conn.SetDeadline(deadline)
 	// A datagram of a SOCK_SEQPACKET socket is sent whole or not at all.
 	if _, _, err := z.conn.WriteMsgUnix(b, syscall.UnixRights(fds...), nil); err != nil {
-		return 0, fmt.Errorf("asking the zygote: %w: %w", errNotSent, err)
+		return 0, nil, 0, fmt.Errorf("asking the zygote: %w", err)
 	}
 	buf := make([]byte, 4096)
-	n, _, _, _, err := z.conn.ReadMsgUnix(buf, nil)
+	oob := make([]byte, syscall.CmsgSpace(4))
+	n, oobn, _, _, err := z.conn.ReadMsgUnix(buf, oob)
+	child, ferr := answerPidfd(oob[:oobn])
 	if err == nil && n == 0 {
 		err = errors.New("it closed its connection")
 	}
-	if err != nil {
-		return 0, fmt.Errorf("the zygote's answer: %w", err)
+	if err == nil {
+		err = ferr
 	}
 	var r guest.ZygoteReply
-	if err := json.Unmarshal(buf[:n], &r); err != nil {
-		return 0, fmt.Errorf("the zygote's answer: %w", err)
+	if err == nil {
+		err = json.Unmarshal(buf[:n], &r)
+	}
+	if err != nil {
+		if child != nil {
+			child.Close()
+		}
+		return 0, nil, 0, fmt.Errorf("the zygote's answer: %w", err)
 	}
 	if r.Err != "" {
-		return 0, fmt.Errorf("%w: %s", errRefused, r.Err)
+		if child != nil {
+			child.Close()
+		}
+		return 0, nil, 0, fmt.Errorf("%w: %s", errRefused, r.Err)
 	}
-	return r.Pid, nil
+	return r.Pid, child, r.Owner, nil
+}
+
+// answerPidfd returns the pidfd an answer carries (nil if none).
+func answerPidfd(oob []byte) (*sys.Pidfd, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		got, err := syscall.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		fds = append(fds, got...)
+	}
+	if len(fds) != 1 {
+		for _, fd := range fds {
+			_ = syscall.Close(fd)
+		}
+		if len(fds) == 0 {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%d descriptors with one answer", len(fds))
+	}
+	return sys.PidfdFromFD(fds[0]), nil
 }
 
 // close ends the zygote (it exits when its connection closes) and waits

@@ -92,12 +92,35 @@ type ZygoteRequest struct {
 	// NewNet clones the process into a new network namespace (owned by
 	// its user namespace) instead of the one passed.
 	NewNet bool `json:"new_net,omitempty"`
+	// Owner, if not 0, is the host uid that owns the new user namespace:
+	// the forking thread's effective uid while it clones. The kernel
+	// charges per-user counts (inotify instances, message queue bytes…)
+	// to a namespace's owner, so one per sandbox gives each a budget of
+	// its own (see sys.WithThreadEUID).
+	Owner int `json:"owner,omitempty"`
+	// Nofile, if not 0, is the process's RLIMIT_NOFILE, soft and hard,
+	// set by its forking thread (see StartSandbox).
+	Nofile uint64 `json:"nofile,omitempty"`
+	// Node, if set, goes into the process's environment as NodeEnv: what
+	// a restarted node finds the processes it forked by, whether or not
+	// they ever joined their cgroups.
+	Node string `json:"node,omitempty"`
 }
 
+// NodeEnv names the environment variable of a sandbox's first process
+// that says which node forked it (ZygoteRequest.Node). Commands never
+// see the agent's environment.
+const NodeEnv = "DSEC_NODE"
+
 // ZygoteReply is the zygote's answer: the process's pid, or why none.
+// With a pid comes the process's pidfd, as the message's only
+// descriptor (none from a zygote too old to send one).
 type ZygoteReply struct {
 	Pid int    `json:"pid,omitempty"`
 	Err string `json:"err,omitempty"`
+	// Owner is the owner uid the zygote gave the process's user
+	// namespace (0 from a zygote too old to know ZygoteRequest.Owner).
+	Owner int `json:"owner,omitempty"`
 }
 
 // The descriptors a ZygoteRequest carries, in order.

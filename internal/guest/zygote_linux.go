@@ -2,6 +2,7 @@ package guest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -70,21 +71,36 @@ func Zygote(conn *os.File) int {
 		}
 		files, err := zygoteFiles(oob[:oobn])
 		var reply ZygoteReply
+		var child *sys.Pidfd
 		stuck := false
 		if err == nil {
 			var req ZygoteRequest
 			if err = json.Unmarshal(buf[:n], &req); err == nil {
-				reply.Pid, stuck, err = zygoteStart(req, files, host, cpus, served)
+				reply.Pid, child, stuck, err = zygoteStart(req, files, host, cpus, served)
+				reply.Owner = req.Owner
 			}
 		}
 		if err != nil {
-			reply.Err = err.Error()
+			reply = ZygoteReply{Err: err.Error()}
 		}
 		for _, f := range files {
 			f.Close()
 		}
 		b, _ := json.Marshal(reply)
-		if _, _, err := uc.WriteMsgUnix(b, nil, nil); err != nil {
+		var rights []byte
+		if child != nil {
+			rights = syscall.UnixRights(child.Fd())
+		}
+		_, _, err = uc.WriteMsgUnix(b, rights, nil)
+		if child != nil {
+			if err != nil {
+				// The node will never learn of the process: it goes now,
+				// not when its config pipe closes.
+				_ = child.Kill()
+			}
+			child.Close()
+		}
+		if err != nil {
 			return 0
 		}
 		if stuck {
@@ -122,8 +138,10 @@ func zygoteFiles(oob []byte) ([]*os.File, error) {
 }
 
 // zygoteStart forks the sandbox's first process from this thread, joined
-// to the sandbox's network namespace for the fork, and returns its pid;
-// stuck if the thread could not go back to the host's network.
+// to the sandbox's network namespace for the fork and with req.Owner as
+// its effective uid (the owner of the process's user namespace, see
+// sys.WithThreadEUID), and returns its pid and pidfd; stuck if the
+// thread could not go back to the host's network or its own uid.
 //
 // The process starts on one of cpus (the n-th, in turn), and so do the
 // threads it starts, until its setup lets them all run anywhere
@@ -133,37 +151,93 @@ func zygoteFiles(oob []byte) ([]*os.File, error) {
 // With the threads spread over CPUs busy with other sandboxes that
 // spinning was a tenth of the agent's CPU at 8 creates in parallel; on
 // one CPU, the threads it waits for are on the run queue it yields to.
-func zygoteStart(req ZygoteRequest, f []*os.File, host *os.File, cpus []int, n int) (pid int, stuck bool, err error) {
+func zygoteStart(req ZygoteRequest, f []*os.File, host *os.File, cpus []int, n int) (pid int, child *sys.Pidfd, stuck bool, err error) {
 	if err := sys.SetThreadNetns(f[ZygoteFDNetns]); err != nil {
-		return 0, false, err
+		return 0, nil, false, err
 	}
 	cmd := SandboxCommand(req, f[ZygoteFDConsole], []*os.File{f[ZygoteFDConfig], f[ZygoteFDSync], f[ZygoteFDConn], f[ZygoteFDRoot], f[ZygoteFDBinary]})
 	pinned := len(cpus) > 1 && sys.SetThreadCPUs(cpus[n%len(cpus):n%len(cpus)+1]) == nil
-	err = cmd.Start()
+	start := func() error { return StartSandbox(cmd, req) }
+	if req.Owner != 0 {
+		stuck, err = sys.WithThreadEUID(req.Owner, start)
+	} else {
+		err = start()
+	}
+	if cmd.Process != nil {
+		child = CommandPidfd(cmd)
+	}
+	// Every way out below but the last kills the process it started:
+	// the node hears nothing of it.
+	fail := func(err error) (int, *sys.Pidfd, bool, error) {
+		if child != nil {
+			_ = child.Kill()
+			child.Close()
+		} else if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
+		if cmd.Process != nil {
+			_ = cmd.Process.Release()
+		}
+		return 0, nil, true, err
+	}
+	if stuck {
+		return fail(err)
+	}
 	if pinned {
-		if perr := sys.SetThreadCPUs(cpus); perr != nil && err == nil {
+		if perr := sys.SetThreadCPUs(cpus); perr != nil {
 			// Not fatal for the sandbox, which unpins itself; this
 			// thread would pin every later one.
-			_ = cmd.Process.Kill()
-			return 0, true, fmt.Errorf("restoring the zygote's CPU affinity: %w", perr)
+			return fail(errors.Join(err, fmt.Errorf("restoring the zygote's CPU affinity: %w", perr)))
 		}
 	}
 	if rerr := sys.SetThreadNetns(host); rerr != nil {
-		if cmd.Process != nil {
-			_ = cmd.Process.Kill()
-		}
-		return 0, true, fmt.Errorf("back to the host's network: %w", rerr)
+		return fail(errors.Join(err, fmt.Errorf("back to the host's network: %w", rerr)))
 	}
 	if err != nil {
-		return 0, false, err
+		child.Close()
+		if cmd.Process != nil {
+			_ = cmd.Process.Release() // killed by StartSandbox
+		}
+		return 0, nil, false, err
 	}
 	// The kernel reaps the process; what os.Process holds for it (a
 	// pidfd) must go now, not when a GC finds it unreachable: the zygote
 	// allocates so little that it held ~1,000 of them, and every fork
-	// copied them and every exec closed them (~8 % of its CPU).
+	// copied them and every exec closed them (~8 % of its CPU). Its own
+	// pidfd (CommandPidfd) goes to the node with the answer.
 	pid = cmd.Process.Pid
 	_ = cmd.Process.Release()
-	return pid, false, nil
+	return pid, child, false, nil
+}
+
+// StartSandbox starts cmd, a SandboxCommand of req, and sets its open
+// files limit to req.Nofile. The caller runs it with req.Owner as the
+// thread's effective uid: the owner of the process's user namespace
+// holds every capability over it, CAP_SYS_RESOURCE included, which
+// prlimit of another user's process needs and host root may lack (this
+// machine's bounding set has none). A process whose limit cannot be set
+// is killed, and the error returned.
+func StartSandbox(cmd *exec.Cmd, req ZygoteRequest) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	if req.Nofile == 0 {
+		return nil
+	}
+	if err := sys.SetNofile(cmd.Process.Pid, req.Nofile); err != nil {
+		_ = cmd.Process.Kill()
+		return err
+	}
+	return nil
+}
+
+// CommandPidfd is the pidfd of a started SandboxCommand (nil if the
+// kernel made none), for the caller to close.
+func CommandPidfd(cmd *exec.Cmd) *sys.Pidfd {
+	if p := cmd.SysProcAttr.PidFD; p != nil && *p >= 0 {
+		return sys.PidfdFromFD(*p)
+	}
+	return nil
 }
 
 // SandboxCommand is a sandbox's first process: `dsec-guest sandbox`
@@ -173,13 +247,18 @@ func zygoteStart(req ZygoteRequest, f []*os.File, host *os.File, cpus []int, n i
 // a process running as an unmapped uid has no capabilities there), in a
 // session of its own and with no parent-death signal (a sandbox outlives
 // the node agent). extra become fds 3–7, the console its stdout and
-// stderr; nothing else is inherited.
+// stderr; nothing else is inherited. Started, it has a pidfd
+// (CommandPidfd). The caller makes req.Owner the forking thread's
+// effective uid (zygoteStart).
 func SandboxCommand(req ZygoteRequest, console *os.File, extra []*os.File) *exec.Cmd {
 	cmd := exec.Command("/proc/self/fd/7", "sandbox")
 	cmd.Args[0] = "dsec-guest"
 	// One P: the agent is mostly idle, and fewer threads and heaps keep
 	// its memory down (commands never see this environment).
 	cmd.Env = []string{"GOMAXPROCS=1"}
+	if req.Node != "" {
+		cmd.Env = append(cmd.Env, NodeEnv+"="+req.Node)
+	}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = console, console
 	cmd.ExtraFiles = extra
@@ -188,7 +267,9 @@ func SandboxCommand(req ZygoteRequest, console *os.File, extra []*os.File) *exec
 	if req.NewNet {
 		flags |= syscall.CLONE_NEWNET
 	}
+	pidfd := -1
 	cmd.SysProcAttr = &syscall.SysProcAttr{
+		PidFD:                      &pidfd,
 		Cloneflags:                 flags,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.UID, Size: req.Count}},
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.GID, Size: req.Count}},

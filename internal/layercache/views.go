@@ -159,6 +159,14 @@ var rootIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // "root_mismatch"). A root that is already held fails with Conflict,
 // code "root_exists". Other errors are View's.
 func (c *Cache) Root(ctx context.Context, id string, layers []Layer, upper string) (dir string, release func(), err error) {
+	return c.root(ctx, id, layers, upper, false)
+}
+
+// root is Root; byFD mounts the overlay with sys.MountOverlayByFD (its
+// options name no host path) and replaces an adopted root instead of
+// taking it over (DetachedRoot: nothing can use a root of the host's
+// table that was never detached).
+func (c *Cache) root(ctx context.Context, id string, layers []Layer, upper string, byFD bool) (dir string, release func(), err error) {
 	if !rootIDPattern.MatchString(id) {
 		return "", nil, errdefs.New(errdefs.Invalid, "invalid_sandbox_id", "sandbox ID %q cannot name a root", id)
 	}
@@ -193,7 +201,7 @@ func (c *Cache) Root(ctx context.Context, id string, layers []Layer, upper strin
 
 	es, err := c.acquireLayers(ctx, layers, hexes)
 	if err == nil {
-		err = c.mountRoot(id, hexes, upper, adopted, options)
+		err = c.mountRoot(id, hexes, upper, adopted, options, byFD)
 		if err != nil {
 			c.releaseLayers(es)
 		}
@@ -220,7 +228,7 @@ func (c *Cache) Root(ctx context.Context, id string, layers []Layer, upper strin
 // number of sandboxes (~10 ms more at 1,000). The overlay lives as long
 // as a mount of it does; release drops the layer references.
 func (c *Cache) DetachedRoot(ctx context.Context, id string, layers []Layer, upper string) (*os.File, func(), error) {
-	dir, release, err := c.Root(ctx, id, layers, upper)
+	dir, release, err := c.root(ctx, id, layers, upper, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -261,11 +269,18 @@ func (c *Cache) Hold(ctx context.Context, layers []Layer) (func(), error) {
 	return sync.OnceFunc(func() { c.releaseLayers(es) }), nil
 }
 
-// mountRoot mounts sandbox id's overlay, or checks an adopted one.
-func (c *Cache) mountRoot(id string, hexes []string, upper string, adopted bool, options string) error {
+// mountRoot mounts sandbox id's overlay (see root for byFD), or checks
+// an adopted one.
+func (c *Cache) mountRoot(id string, hexes []string, upper string, adopted bool, options string, byFD bool) error {
 	target := c.rootDir(id)
 	lowers := c.rootLowers(hexes)
 	upperDir, workDir := filepath.Join(upper, "upper"), filepath.Join(upper, "work")
+	if adopted && byFD {
+		if err := sys.Unmount(target); err != nil {
+			return errdefs.Wrap(errdefs.Internal, "root_mount_failed", err, "replacing the root of sandbox %s", id)
+		}
+		adopted = false
+	}
 	if adopted {
 		if optionValue(options, "lowerdir") != strings.Join(lowers, ":") || optionValue(options, "upperdir") != upperDir {
 			return errdefs.New(errdefs.Conflict, "root_mismatch", "sandbox %s has a root over other layers or another upper directory", id)
@@ -292,7 +307,11 @@ func (c *Cache) mountRoot(id string, hexes []string, upper string, adopted bool,
 	} else if !errors.Is(err, os.ErrExist) {
 		return c.diskErr(err, "making root of sandbox %s", id)
 	}
-	if err := sys.MountOverlay(target, lowers, upperDir, workDir); err != nil {
+	mount := sys.MountOverlay
+	if byFD {
+		mount = sys.MountOverlayByFD
+	}
+	if err := mount(target, lowers, upperDir, workDir); err != nil {
 		return errdefs.Wrap(errdefs.Internal, "root_mount_failed", err, "mounting root of sandbox %s", id)
 	}
 	cu.Release()

@@ -101,6 +101,13 @@ var watchedSyscalls = map[uint32]spec{
 	56: call("clone").onFailure(),
 	57: call("fork").onFailure(),
 	58: call("vfork").onFailure(),
+	// Kernel objects counted per user (inotify instances and watches,
+	// POSIX message queue bytes), failures only: a sandbox using up its
+	// quota (EMFILE, ENOSPC).
+	253: call("inotify_init").onFailure(),
+	294: call("inotify_init1").onFailure(),
+	254: call("inotify_add_watch").onFailure(),
+	240: call("mq_open").onFailure(),
 	// The kernel surface of the catalogue (A14–A27, A52, A56, A58, A59,
 	// A64): the audit rules name them.
 	53:  call("socketpair"),

@@ -18,5 +18,10 @@ type Pidfd struct{}
 func OpenPidfd(int) (*Pidfd, error) { return nil, errdefs.ErrNotSupported }
 func (*Pidfd) Kill() error          { return errdefs.ErrNotSupported }
 func (*Pidfd) Close() error         { return nil }
+func PidfdFromFD(int) *Pidfd        { return nil }
+func (*Pidfd) Fd() int              { return -1 }
+func (*Pidfd) Wait(time.Duration) error {
+	return errdefs.ErrNotSupported
+}
 
 func WaitModified(*os.File, time.Duration) error { return errdefs.ErrNotSupported }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -48,6 +49,32 @@ func MountOverlay(target string, lowers []string, upper, work string) error {
 		return fmt.Errorf("mounting overlay on %s: %w", target, err)
 	}
 	return nil
+}
+
+// MountOverlayByFD is MountOverlay (with an upper), but the directories
+// reach the kernel as /proc/self/fd/N of descriptors open for the call.
+// The kernel keeps an overlay's options as they were given and shows
+// them in /proc/<pid>/mountinfo to every process that sees the mount:
+// given as paths, a sandbox's root showed the node's data directory to
+// the sandbox (the layer cache's and the state directory's paths).
+func MountOverlayByFD(target string, lowers []string, upper, work string) error {
+	var names []string
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, d := range append(append([]string{}, lowers...), upper, work) {
+		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("mounting overlay on %s: opening %s: %w", target, d, err)
+		}
+		fds = append(fds, fd)
+		names = append(names, "/proc/self/fd/"+strconv.Itoa(fd))
+	}
+	n := len(lowers)
+	return MountOverlay(target, names[:n], names[n], names[n+1])
 }
 
 // MountsUnder returns the mount points at or below dir, from the

@@ -85,6 +85,37 @@ func SetRootReadOnly(ro bool) error {
 	return nil
 }
 
+// SetMountReadOnly makes the mount whose root is path (absolute, in the
+// calling thread's root, such as /dev/shm) read-only or writable, that
+// mount only. The path is resolved without following any symlink; it
+// may cross mounts (that is how it reaches one), and must end at a
+// mount's root (else EINVAL). A mount with a file open for writing
+// cannot become read-only (EBUSY).
+func SetMountReadOnly(path string, ro bool) error {
+	root, err := openRoot()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(root)
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	fd, err := unix.Openat2(root, strings.TrimLeft(path, "/"), how)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	attr := &unix.MountAttr{}
+	if ro {
+		attr.Attr_set = unix.MOUNT_ATTR_RDONLY
+	} else {
+		attr.Attr_clr = unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("setting %s read-only=%v: %w", path, ro, err)
+	}
+	return nil
+}
+
 // BindWritable makes path (absolute, in the calling thread's root) a
 // writable mount of itself on top of the root mount, so that it stays
 // writable when the root is made read-only. The path is resolved from

@@ -48,6 +48,7 @@ var programs = map[string]string{
 	"nsenter":            "base:util-linux",
 	"qemu-system-x86_64": "deb:qemu-system-x86",
 	"runc":               "bench:runc",
+	"sleep":              "base:coreutils",
 	"sh":                 "base:dash",
 	"sync":               "base:coreutils",
 	"true":               "base:coreutils",

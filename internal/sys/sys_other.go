@@ -45,6 +45,10 @@ func MountOverlay(target string, lowers []string, upper, work string) error {
 	return fmt.Errorf("mounting overlay on %s: %w", target, errdefs.ErrNotSupported)
 }
 
+func MountOverlayByFD(target string, lowers []string, upper, work string) error {
+	return MountOverlay(target, lowers, upper, work)
+}
+
 func MountsUnder(string) ([]string, error) { return nil, nil }
 
 func IDMappedClone(source, target string, usernsFd int) error {
@@ -93,6 +97,7 @@ func (e *UnbindableError) Error() string { return e.Path + ": " + e.Err.Error() 
 func (e *UnbindableError) Unwrap() error { return e.Err }
 
 func ReplaceWritable([]string, []string, int, int) error { return errdefs.ErrNotSupported }
+func SetMountReadOnly(string, bool) error                { return errdefs.ErrNotSupported }
 
 func CloneFile(dst, src string, perm os.FileMode) (bool, error) {
 	return false, fmt.Errorf("cloning %s: %w", src, errdefs.ErrNotSupported)

@@ -76,6 +76,10 @@ func main() {
 		files(args[0], atoi(args[1]))
 	case "listen-unix":
 		listenUnix(args[0])
+	case "inotify":
+		inotify(atoi(args[0]), len(args) > 1 && args[1] == "hold")
+	case "mqueue":
+		mqueue(atoi(args[0]), len(args) > 1 && args[1] == "hold")
 	case "exec":
 		// Runs args[0] with argv args[1:], and prints how that went.
 		fmt.Printf("exec=%s\n", errName(execWait(args[0], args[1:], nil)))
@@ -947,4 +951,63 @@ func listenUnix(path string) {
 		fmt.Fprintf(c, "euid=%d\n", unix.Geteuid())
 		go func() { time.Sleep(time.Second); c.Close() }()
 	}
+}
+
+// inotify opens up to n inotify instances (counted per user namespace
+// owner by the kernel: fs.inotify.max_user_instances) and prints how
+// many it got and the error that stopped it. With hold, a sleep started
+// with the instances keeps them after the probe exits.
+func inotify(n int, hold bool) {
+	var files []*os.File
+	var err error
+	for range n {
+		var fd int
+		fd, err = unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			break
+		}
+		files = append(files, os.NewFile(uintptr(fd), "inotify"))
+	}
+	fmt.Printf("inotify=%d\nerr=%s\n", len(files), errName(err))
+	if hold {
+		holdFiles(files)
+	}
+}
+
+// mqueue creates up to n POSIX message queues of the default size (their
+// bytes are counted per user namespace owner against RLIMIT_MSGQUEUE)
+// and prints how many it got and the error that stopped it. Without
+// hold it removes them; with hold they stay in the sandbox's IPC
+// namespace, and their bytes stay counted.
+func mqueue(n int, hold bool) {
+	var names []string
+	var err error
+	for i := range n {
+		name := fmt.Sprintf("dsec-probe-%d-%d", os.Getpid(), i)
+		// The kernel's mq_open takes the name without libc's leading "/".
+		fd, _, e := unix.Syscall6(unix.SYS_MQ_OPEN, strPtr(name), uintptr(unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC), 0o600, 0, 0, 0)
+		if err = errnoOf(e); err != nil {
+			break
+		}
+		unix.Close(int(fd))
+		names = append(names, name)
+	}
+	fmt.Printf("mqueue=%d\nerr=%s\n", len(names), errName(err))
+	if !hold {
+		for _, name := range names {
+			unix.Syscall(unix.SYS_MQ_UNLINK, strPtr(name), 0, 0)
+		}
+	}
+}
+
+// holdFiles starts a sleep that holds files (its fds 3…) after the probe
+// exits, and prints its pid.
+func holdFiles(files []*os.File) {
+	cmd := exec.Command("sleep", "3600")
+	cmd.ExtraFiles = files
+	if err := cmd.Start(); err != nil {
+		fmt.Printf("held=%s\n", errName(err))
+		return
+	}
+	fmt.Printf("held=%d\n", cmd.Process.Pid)
 }
