@@ -100,18 +100,28 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		closeAll = func() { closeRuntimes(); closeDeps() }
 		copy(vmNets, nets)
 	}
+	// A VM tier's jail (its QEMUs' cgroup parent) closes after the
+	// runtimes: with no VM left, its parent goes.
+	addJail := func(closeJail func()) {
+		cu.Add(closeJail)
+		closeRuntimes := closeAll
+		closeAll = func() { closeRuntimes(); closeJail() }
+	}
 	var mv, vm *microvm.Runtime
 	if !d.cfg.MicroVM.Disabled {
-		if mv, err = d.microvmRuntime(ctx, layers, vmm.MicroVM, vmNets[0]); err != nil {
+		var closeJail func()
+		if mv, closeJail, err = d.microvmRuntime(ctx, layers, vmm.MicroVM, vmNets[0]); err != nil {
 			return nil, nil, fmt.Errorf("microvm tier (set [microvm] disabled = true to run without it): %w", err)
 		}
+		addJail(closeJail)
 		if err := reg.Register(mv); err != nil {
 			return nil, nil, err
 		}
 		if !d.cfg.VM.Disabled {
-			if vm, err = d.microvmRuntime(ctx, layers, vmm.Q35, vmNets[1]); err != nil {
+			if vm, closeJail, err = d.microvmRuntime(ctx, layers, vmm.Q35, vmNets[1]); err != nil {
 				return nil, nil, fmt.Errorf("vm tier (set [vm] disabled = true to run without it): %w", err)
 			}
+			addJail(closeJail)
 			if err := reg.Register(vm); err != nil {
 				return nil, nil, err
 			}
@@ -132,8 +142,10 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 // then reports it unavailable (and why), and the scheduler places nothing
 // on it. nets is its view of the container tier's network manager; nil
 // (the container tier disabled) means its VMs have no network, and specs
-// that need one are refused.
-func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, machine vmm.Machine, nets *network.Shared) (*microvm.Runtime, error) {
+// that need one are refused. The function returned closes the tier's
+// jail (removing its cgroup parent if no VM's group is left in it) once
+// the runtime has closed.
+func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, machine vmm.Machine, nets *network.Shared) (*microvm.Runtime, func(), error) {
 	c := d.cfg.MicroVM
 	tier, timeout, parent := microvm.Tier, c.BootTimeoutS, c.CgroupParent
 	uidBase := c.UIDBase
@@ -170,6 +182,7 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 	if opt.Accel == "auto" {
 		opt.Accel = ""
 	}
+	closeJail := func() {}
 	switch {
 	case c.Unjailed:
 	case os.Geteuid() != 0:
@@ -179,11 +192,23 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 	default:
 		jail, err := d.vmJail(ctx, tier, parent, uidBase)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opt.Jail = jail
+		closeJail = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := jail.Cgroups.Close(ctx); err != nil {
+				d.log.Warn("closing the VM cgroup manager", "tier", tier, "err", err)
+			}
+		}
 	}
-	return microvm.New(ctx, opt)
+	rt, err := microvm.New(ctx, opt)
+	if err != nil {
+		closeJail()
+		return nil, nil, err
+	}
+	return rt, closeJail, nil
 }
 
 // vmJail is the Jail of a VM tier's QEMUs: uids from uidBase, a cgroup
