@@ -5,6 +5,7 @@ package sys
 import (
 	"fmt"
 	"os"
+	"os/exec"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -96,4 +97,9 @@ func ReplaceWritable([]string, []string, int, int) error { return errdefs.ErrNot
 
 func CloneFile(dst, src string, perm os.FileMode) (bool, error) {
 	return false, fmt.Errorf("cloning %s: %w", src, errdefs.ErrNotSupported)
+}
+
+// RunContained needs Linux namespaces.
+func RunContained(cmd *exec.Cmd) error {
+	return fmt.Errorf("running %s contained: %w", cmd.Path, errdefs.ErrNotSupported)
 }
