@@ -112,6 +112,7 @@ func Fetch(ctx context.Context, cacheDir string, log *slog.Logger) (Kernel, erro
 		return k, nil // another caller cached it meanwhile
 	}
 	start := time.Now()
+	log.Info("fetching the guest kernel from the apt mirror (once per kernel package)", "package", pkg.Name, "version", pkg.Version)
 	k, err := build(ctx, dir, pkg, updated, log)
 	if err != nil {
 		return Kernel{}, fmt.Errorf("fetching %s %s: %w", pkg.Name, pkg.Version, err)
