@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/client"
 	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
@@ -229,4 +231,60 @@ func TestUpReadyWithGuestKernel(t *testing.T) {
 	})
 	t.Logf("dsec up was ready after %v with the kernel cached", time.Since(start).Round(time.Millisecond))
 	u.stop()
+}
+
+// TestStopWhileWaitingForGuestKernel stops `dsec up` while its start waits
+// for the guest kernel (held here: the test holds the kernel cache's lock,
+// so the fetch cannot begin): Run returns nil at once, without having
+// reported ready or opened the API, and leaves nothing mounted.
+func TestStopWhileWaitingForGuestKernel(t *testing.T) {
+	on := withMicroVM(t)
+	dir := vmDataDir(t, "TestMvw")
+	cache := filepath.Join(dir, "kernel-cache")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := sys.LockFile(context.Background(), filepath.Join(cache, "kernel.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	cfg := config.Defaults()
+	cfg.DataDir, cfg.API.Listen, cfg.NATS.Listen, cfg.Node.ID = dir, "127.0.0.1:0", "none", "test-node"
+	cfg.Images.BuiltinCache, cfg.Images.SkipSlow = builtinCache, true
+	cfg.Container.Disabled = true
+	on(&cfg)
+	cfg.MicroVM.CacheDir = cache
+	lines := &logLines{}
+	log := slog.New(slog.NewTextHandler(testWriter{t, lines}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done, ready := make(chan error, 1), make(chan struct{}, 1)
+	go func() { done <- Run(ctx, RoleUp, cfg, Build{Version: "test"}, log, func(Info) { ready <- struct{}{} }) }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(lines.matching("guest kernel before serving")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the start did not begin waiting for the guest kernel")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // still waiting: the lock is held
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run stopped while starting: %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30 s of its context's end")
+	}
+	select {
+	case <-ready:
+		t.Error("reported ready without the guest kernel")
+	default:
+	}
+	if _, err := os.Stat(filepath.Join(dir, AddrFile)); !os.IsNotExist(err) {
+		t.Errorf("the API address file: %v, want none (the API never opened)", err)
+	}
+	testenv.NoMountsUnder(t, dir)
 }
