@@ -20,6 +20,9 @@ import (
 // builtinCache is shared by every daemon of a test run.
 var builtinCache = filepath.Join(os.TempDir(), "dsec-test-builtin")
 
+// readyWait bounds startUp's wait for the daemon to be ready.
+var readyWait = 2 * time.Minute
+
 // up is a `dsec up` running in this test process on a temporary data
 // directory, with a client for its API.
 type up struct {
@@ -73,8 +76,15 @@ func startUp(t testing.TB, dir string, adjust func(*config.Config)) *up {
 	case u.info = <-ready:
 	case err := <-u.done:
 		t.Fatalf("dsec up exited: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("dsec up did not become ready")
+	case <-time.After(readyWait):
+		// Stop what started, so that the failure leaks nothing.
+		cancel()
+		select {
+		case <-u.done:
+		case <-time.After(2 * time.Minute):
+			t.Error("dsec up did not stop after it failed to become ready")
+		}
+		t.Fatalf("dsec up did not become ready within %v", readyWait)
 	}
 	tok, err := auth.Load(dir)
 	if err != nil {

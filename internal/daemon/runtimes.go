@@ -316,8 +316,8 @@ func (d *daemon) prepareGuestKernel(ctx context.Context, log *slog.Logger, mv, v
 // the apt mirror (measured at 20 s here; minutes on a slow link); later
 // starts find it cached (1.7 s: the apt index lookup and the files'
 // digests). A node still preparing it then serves anyway: its first VM
-// creates wait for the same preparation.
-const guestKernelWait = 2 * time.Minute
+// creates wait for the same preparation. A variable for tests.
+var guestKernelWait = 2 * time.Minute
 
 // waitGuestKernel holds the node's start until ready is closed (the
 // guest kernel and initramfs prepared: prepareMicroVM), up to
