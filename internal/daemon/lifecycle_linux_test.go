@@ -2,12 +2,14 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/guard"
 )
 
 // cgroupParentDirs lists the directories of the cgroup parents named in
@@ -48,14 +50,22 @@ func TestStopAndRestartLeaveNoNoise(t *testing.T) {
 		}
 	}
 
+	names, _ := containerNames()
+	pins := guard.PinDir(names.Net)
 	u := startUp(t, dir, adjust(false))
 	if got := cgroupParentDirs(parents...); len(got) < 3 {
 		t.Fatalf("a running node has cgroup parents %v; want the three tiers' (else this test checks nothing)", got)
 	}
+	guarded := u.info.Guard == "on"
+	t.Logf("cgroup-bpf guard: %s", u.info.Guard)
 	noErrors(u, "at the first start")
 	u.stop()
 	if left := cgroupParentDirs(parents...); len(left) > 0 {
 		t.Errorf("a stop with no sandbox left cgroup parents: %v", left)
+	}
+	// The cgroup-bpf guard, attached to the parent that went, is gone too.
+	if _, err := os.Stat(pins); guarded && !os.IsNotExist(err) {
+		t.Errorf("the guard's pins after a stop with no sandbox: %v, want none", err)
 	}
 
 	u = startUp(t, dir, adjust(true))
