@@ -313,8 +313,8 @@ func (d *daemon) prepareGuestKernel(ctx context.Context, log *slog.Logger, mv, v
 
 // guestKernelWait bounds how long a node's start waits for the VM tiers'
 // guest kernel. The first start on an empty kernel cache fetches it from
-// the apt mirror (measured at 20 s here; minutes on a slow link); later
-// starts find it cached (1.7 s: the apt index lookup and the files'
+// the apt mirror (12–20 s here; minutes on a slow link); later starts find
+// it cached (about 2 s here: the apt index lookup and the files'
 // digests). A node still preparing it then serves anyway: its first VM
 // creates wait for the same preparation. A variable for tests.
 var guestKernelWait = 2 * time.Minute

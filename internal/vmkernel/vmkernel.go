@@ -83,7 +83,7 @@ func (k Kernel) VmlinuxPath() string { return filepath.Join(k.Dir, k.Vmlinux.Pat
 // errdefs.ErrNotSupported when the host has no apt or the kernel cannot be
 // booted as a PVH vmlinux.
 func Fetch(ctx context.Context, cacheDir string, log *slog.Logger) (Kernel, error) {
-	pkg, err := resolve(ctx)
+	pkg, err := resolveRecent(ctx)
 	updated := false
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Info("refreshing the apt index to find the guest kernel", "err", err)
