@@ -4,7 +4,9 @@
 #                             qemu-system-data, with the microvm firmware,
 #                             and seabios, the vm tier's q35 firmware
 #                             bios-256k.bin, as dependencies; e2fsprogs
-#                             formats the VM tiers' upper disks)
+#                             formats the VM tiers' upper disks; util-linux,
+#                             essential on Debian, has the unshare that runs
+#                             the debian-12 build in namespaces of its own)
 #   scripts/deps.sh test      what `make test` needs on top
 #   scripts/deps.sh bench     what `make bench` needs on top: the test set,
 #                             and crun and runc, the baselines the container
@@ -15,7 +17,7 @@
 #                             testing need neither: the objects are committed.
 set -euo pipefail
 
-runtime=(ca-certificates erofs-utils busybox-static debootstrap qemu-system-x86 e2fsprogs)
+runtime=(ca-certificates erofs-utils busybox-static debootstrap util-linux qemu-system-x86 e2fsprogs)
 test=(python3 python3-minimal python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr iproute2)
 bench=(crun runc)
 generate=(clang libbpf-dev linux-libc-dev)

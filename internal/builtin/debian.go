@@ -10,6 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // debianSuite is the Debian release of base/debian-12.
@@ -104,13 +107,24 @@ func cleanDebian(dir string) error {
 	})
 }
 
-// run runs a command, returning its output's tail with the error.
+// commandWait bounds the wait for a killed command's output to close.
+const commandWait = 10 * time.Second
+
+// run runs a command contained (sys.RunContained): what it mounts in the
+// tree it fills (debootstrap mounts /proc and /sys there) never shows in
+// the host's mount table, where a later `rm -rf` of the data directory
+// would walk into the host's /proc and /sys, and goes when it ends; when
+// ctx ends, it is killed with every process it started (a chrooted dpkg,
+// which otherwise ran on and kept the mounts); and it dies with the
+// process that runs it (kill -9 of the node). It returns its output's
+// tail with the error.
 func run(ctx context.Context, name string, args ...string) error {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C")
-	if err := cmd.Run(); err != nil {
+	cmd.WaitDelay = commandWait
+	if err := sys.RunContained(cmd); err != nil {
 		tail := out.String()
 		if len(tail) > 2000 {
 			tail = "…" + tail[len(tail)-2000:]

@@ -198,7 +198,7 @@ func build(ctx context.Context, dir string, spec Spec) (stamp, error) {
 	if err != nil {
 		return stamp{}, err
 	}
-	defer removeTemp(tmp)
+	defer removeTemp(tmp) // best effort: Sweep retries at the next start
 	src, out := filepath.Join(tmp, "tree"), filepath.Join(tmp, "layer")
 	if err := os.Mkdir(src, 0o755); err != nil {
 		return stamp{}, err
@@ -225,15 +225,26 @@ func build(ctx context.Context, dir string, spec Spec) (stamp, error) {
 	return st, nil
 }
 
-// removeTemp removes a build's temporary directory, first detaching what
-// a failed Fill may have left mounted in it (debootstrap mounts /proc and
-// /sys in its target), so that removing does not reach into them.
-func removeTemp(tmp string) {
-	mounts, _ := sys.MountsUnder(tmp) // best effort, as is the removal
-	for i := len(mounts) - 1; i >= 0; i-- {
-		_ = sys.DetachMount(mounts[i])
+// removeTemp removes a build's temporary directory, first detaching,
+// deepest first, anything mounted in it: Fill runs its commands contained
+// (run), so nothing should be, but a build by an older dsec killed
+// mid-way left debootstrap's /proc and /sys mounted there. While anything
+// stays mounted below tmp it is not removed: the removal would walk into
+// the host's /proc and /sys.
+func removeTemp(tmp string) error {
+	mounts, err := sys.MountsUnder(tmp)
+	if err != nil {
+		return err
 	}
-	_ = os.RemoveAll(tmp)
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := sys.DetachMount(mounts[i]); err != nil {
+			return err
+		}
+	}
+	if mounts, err := sys.MountsUnder(tmp); err != nil || len(mounts) > 0 {
+		return fmt.Errorf("not removing %s: %q still mounted there (%v)", tmp, mounts, err)
+	}
+	return os.RemoveAll(tmp)
 }
 
 // artifactAt reads the artifact in dir, built as st says.

@@ -387,7 +387,7 @@ func (m *Manager) group(name string) *Group {
 // Create returns group id with limits l, made in every hierarchy or
 // renamed from one Recycle kept (callers record its Base to give it back
 // after Open). It fails with an error wrapping fs.ErrExist if a group id
-// exists.
+// exists, and with errdefs.Unavailable after Close.
 func (m *Manager) Create(ctx context.Context, id string, l Limits) (*Group, error) {
 	if !validName.MatchString(id) {
 		return nil, errdefs.New(errdefs.Invalid, "invalid_cgroup_id", "cgroup name %q is not a plain name", id)
@@ -397,6 +397,12 @@ func (m *Manager) Create(ctx context.Context, id string, l Limits) (*Group, erro
 	}
 	if err := l.check(); err != nil {
 		return nil, err
+	}
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, errdefs.New(errdefs.Unavailable, "cgroups_closed", "the cgroup manager of %s is closed", m.parent)
 	}
 	for k := m.takeFree(); k != nil; k = m.takeFree() {
 		g, err := m.fromKept(k, id, l)
@@ -450,6 +456,9 @@ func (m *Manager) List() ([]string, error) {
 	var names []string
 	for _, d := range m.hierDirs(m.parent) {
 		sub, err := subdirs(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // Close removed the parent: nothing below it
+		}
 		if err != nil {
 			return nil, fmt.Errorf("listing cgroups: %w", err)
 		}

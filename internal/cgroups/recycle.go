@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -298,8 +299,13 @@ func (g *Group) lift(old, n Limits) error {
 	return w.err
 }
 
-// Close removes the groups kept for reuse; Recycle removes groups from
-// then on. Groups in use are left alone.
+// Close removes the groups kept for reuse, then the parent in every
+// hierarchy where no group is left below it: a node stopped without
+// sandboxes leaves nothing of its own in the cgroup trees, while one that
+// keeps sandboxes keeps the parent (and the device list New set on it)
+// for them. Only the last element of a nested Parent goes; its ancestors
+// may be shared. Groups in use are left alone; Recycle removes groups
+// from then on, and Create fails.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	free := m.free
@@ -314,7 +320,23 @@ func (m *Manager) Close(ctx context.Context) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("removing kept cgroups: %w", errors.Join(errs...))
 	}
-	return nil
+	return m.removeParent()
+}
+
+// removeParent removes the parent's directory in every hierarchy that
+// has no group below it. One with a group (a kept sandbox's) stays, and
+// so does one a task still sits in (EBUSY): neither is an error.
+func (m *Manager) removeParent() error {
+	var errs []error
+	for _, d := range m.hierDirs(m.parent) {
+		if sub, err := subdirs(d); err != nil || len(sub) > 0 {
+			continue // gone already, or in use
+		}
+		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) && !sys.IsBusy(err) {
+			errs = append(errs, fmt.Errorf("removing the cgroup parent: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Kept returns the names of the groups kept for reuse.

@@ -1,6 +1,8 @@
 package cgroups
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
 // TestRecycle: a recycled group is handed to the next Create with its
@@ -119,22 +123,26 @@ func TestRecycle(t *testing.T) {
 	if err := m.Recycle(ctx, g3); err != nil {
 		t.Fatal(err)
 	}
-	// Close removes the kept group; Recycle removes from then on.
-	if err := m.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if names, _ := m.List(); len(names) != 0 {
-		t.Errorf("after Close: %v", names)
-	}
+	// Close removes the kept group (g4, in use, stays, and so does the
+	// parent); Recycle removes from then on, and Create fails.
 	g4, err := m.Create(ctx, "fourth", Limits{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := m.List(); len(names) != 1 || names[0] != "fourth" {
+		t.Errorf("after Close: %v, want [fourth]", names)
 	}
 	if err := m.Recycle(ctx, g4); err != nil {
 		t.Fatal(err)
 	}
 	if names, _ := m.List(); len(names) != 0 {
 		t.Errorf("Recycle after Close kept %v", names)
+	}
+	if _, err := m.Create(ctx, "fifth", Limits{}); !errors.Is(err, errdefs.Unavailable) {
+		t.Errorf("Create after Close: %v, want errdefs.Unavailable", err)
 	}
 }
 
@@ -228,4 +236,46 @@ func reapOrphans(t *testing.T) {
 		<-stopped
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 	})
+}
+
+// TestCloseRemovesParent: a Manager closed with no group below its parent
+// leaves no directory of its own in any hierarchy; one closed with a group
+// in use (a sandbox kept across a restart) keeps the parent for it, and a
+// later Manager's Close, once that group is gone, removes it.
+func TestCloseRemovesParent(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Options{})
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertNoParent(t, m.parent)
+
+	m = newManager(t, Options{})
+	g, err := m.Create(ctx, "kept", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.hierDirs(m.parent) {
+		if _, err := os.Stat(filepath.Join(d, "kept")); err != nil {
+			t.Errorf("Close removed a group in use or its parent: %v", err)
+		}
+	}
+	m2, err := New(ctx, Options{Parent: m.parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := m2.Open(g.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertNoParent(t, m.parent)
 }

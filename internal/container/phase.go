@@ -46,6 +46,14 @@ func (s *Sandbox) Phase() string {
 	return ""
 }
 
+// hasNetwork reports whether the sandbox has a network of the node's
+// network manager (one without network access has a namespace of its own).
+func (s *Sandbox) hasNetwork() bool {
+	s.phaseMu.RLock()
+	defer s.phaseMu.RUnlock()
+	return s.state.Netns != ""
+}
+
 // commandPhase is the current phase (nil without phases), for a command
 // about to start.
 func (s *Sandbox) commandPhase() *api.Phase {

@@ -104,13 +104,19 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 	// nftables elements) and cgroups, killing any process left in them,
 	// and the sandbox processes that are in no cgroup of theirs.
 	live := make([]string, len(out))
+	var networked []string // those with a network of the manager's
 	for i, sb := range out {
 		live[i] = sb.ID()
+		if sb.(*Sandbox).hasNetwork() {
+			networked = append(networked, sb.ID())
+		}
 	}
 	// A sweep that fails leaves strays (logged) but does not fail the
 	// recovery: the node must still start and serve the sandboxes it
-	// adopted, which run whatever the sweep left.
-	if err := r.opt.Network.Recover(ctx, live); err != nil {
+	// adopted, which run whatever the sweep left. Sandboxes without
+	// network access have no network there: naming them would make
+	// Recover report their (absent) networks as lost.
+	if err := r.opt.Network.Recover(ctx, networked); err != nil {
 		r.log.Error("sweeping networks no sandbox owns", "err", err)
 	}
 	if err := r.opt.Cgroups.Sweep(ctx, live); err != nil {

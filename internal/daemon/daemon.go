@@ -68,6 +68,12 @@ func Run(ctx context.Context, role Role, cfg config.Config, build Build, log *sl
 	var cu cleanup.Stack
 	defer cu.Clean()
 	if err := d.start(ctx, &cu); err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting (SIGTERM during the first start's
+			// guest kernel fetch): what started is undone, as at a stop.
+			log.Info("stopped while starting", "err", err)
+			return nil
+		}
 		return err
 	}
 	if ready != nil {
@@ -252,11 +258,16 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 			d.log.Warn("closing the layer cache", "err", err)
 		}
 	})
-	reg, closeRuntimes, err := d.runtimes(ctx, layers)
+	reg, closeRuntimes, vmReady, err := d.runtimes(ctx, layers)
 	if err != nil {
 		return err
 	}
 	cu.Add(closeRuntimes)
+	// No create waits for the guest kernel's fetch: the API opens after it.
+	d.waitGuestKernel(ctx, vmReady)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	agent, err := node.New(node.Options{
 		ID: d.cfg.Node.ID, Registry: reg, Logger: d.log, Version: d.build.Version, MaxSandboxes: d.cfg.Node.MaxSandboxes,
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "state"), Layers: layers,

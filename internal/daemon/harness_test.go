@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,9 @@ import (
 // builtinCache is shared by every daemon of a test run.
 var builtinCache = filepath.Join(os.TempDir(), "dsec-test-builtin")
 
+// readyWait bounds startUp's wait for the daemon to be ready.
+var readyWait = 2 * time.Minute
+
 // up is a `dsec up` running in this test process on a temporary data
 // directory, with a client for its API.
 type up struct {
@@ -29,6 +33,8 @@ type up struct {
 	c      *client.Client
 	cancel context.CancelFunc
 	done   chan error
+	// log holds what the daemon logged (warnings and errors).
+	log *logLines
 }
 
 // startUp runs `dsec up` in dir (a fresh temp dir if empty) with the
@@ -58,11 +64,11 @@ func startUp(t testing.TB, dir string, adjust func(*config.Config)) *up {
 		adjust(&cfg)
 	}
 	goroutines := testenv.Goroutines()
-	u := &up{t: t, dir: dir, cfg: cfg, done: make(chan error, 1)}
+	u := &up{t: t, dir: dir, cfg: cfg, done: make(chan error, 1), log: &logLines{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	u.cancel = cancel
 	ready := make(chan Info, 1)
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(testWriter{t, u.log}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		u.done <- Run(ctx, RoleUp, cfg, Build{Version: "test"}, log, func(i Info) { ready <- i })
 	}()
@@ -70,8 +76,15 @@ func startUp(t testing.TB, dir string, adjust func(*config.Config)) *up {
 	case u.info = <-ready:
 	case err := <-u.done:
 		t.Fatalf("dsec up exited: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("dsec up did not become ready")
+	case <-time.After(readyWait):
+		// Stop what started, so that the failure leaks nothing.
+		cancel()
+		select {
+		case <-u.done:
+		case <-time.After(2 * time.Minute):
+			t.Error("dsec up did not stop after it failed to become ready")
+		}
+		t.Fatalf("dsec up did not become ready within %v", readyWait)
 	}
 	tok, err := auth.Load(dir)
 	if err != nil {
@@ -133,12 +146,45 @@ func (u *up) stop() {
 	}
 }
 
-// testWriter sends daemon logs to the test log.
-type testWriter struct{ t testing.TB }
+// testWriter sends daemon logs to the test log and, if lines is not
+// nil, keeps them there.
+type testWriter struct {
+	t     testing.TB
+	lines *logLines
+}
 
 func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
+	line := strings.TrimRight(string(p), "\n")
+	w.t.Log(line)
+	if w.lines != nil {
+		w.lines.add(line)
+	}
 	return len(p), nil
+}
+
+// logLines are a daemon's log lines. It is safe for concurrent use.
+type logLines struct {
+	mu    sync.Mutex // guards following fields
+	lines []string
+}
+
+func (l *logLines) add(line string) {
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+}
+
+// matching returns the lines that contain s.
+func (l *logLines) matching(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // workspaceDir is where the function tier keeps a sandbox's workspace.

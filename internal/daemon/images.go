@@ -43,12 +43,20 @@ var versionChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 // installBuiltins builds (or finds in the cache) the built-in layers,
 // adds them to the registry as name:version (and name:latest), and
 // registers the images made of them. Slow layers (debian-12) build in the
-// background; their images appear when they are done. The function
-// tools are required: without them `dsec up` has no default image.
+// background; their images appear when they are done. Shutdown cancels
+// that build and waits until it has ended: its processes killed, its
+// temporary tree removed (builtin.Ensure runs debootstrap contained, so
+// none of its mounts ever shows in the host's mount table). What a build
+// killed with the node (kill -9) left is swept here at the next start.
+// The function tools are required: without them `dsec up` has no
+// default image.
 func (d *daemon) installBuiltins(ctx context.Context, cu *cleanup.Stack, images *image.Registry) error {
 	cacheDir := d.cfg.Images.BuiltinCache
 	if cacheDir == "" {
 		cacheDir = filepath.Join(d.cfg.DataDir, "builtin")
+	}
+	if err := builtin.Sweep(cacheDir, d.log); err != nil {
+		d.log.Warn("sweeping interrupted builds", "err", err)
 	}
 	var slow []builtin.Spec
 	for _, spec := range builtin.Specs(d.build.Version) {
@@ -69,7 +77,9 @@ func (d *daemon) installBuiltins(ctx context.Context, cu *cleanup.Stack, images 
 	if len(slow) == 0 {
 		return nil
 	}
-	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// The build stops as soon as shutdown begins (ctx ends); the cleanup
+	// waits for it, before the store it registers layers in goes.
+	bg, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -77,10 +87,10 @@ func (d *daemon) installBuiltins(ctx context.Context, cu *cleanup.Stack, images 
 		for _, spec := range slow {
 			d.log.Info("building built-in layer in the background", "layer", spec.Name)
 			if err := d.installLayer(bg, cacheDir, spec, images); err != nil {
-				if bg.Err() == nil {
-					d.log.Warn("built-in layer unavailable", "layer", spec.Name, "err", err)
+				if bg.Err() != nil {
+					return // shutdown
 				}
-				continue
+				d.log.Warn("built-in layer unavailable", "layer", spec.Name, "err", err)
 			}
 		}
 		d.registerBuiltinImages(bg, images)

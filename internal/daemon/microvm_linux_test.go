@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/client"
 	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
@@ -195,4 +197,97 @@ func TestMicroVMThroughTheAPI(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(dir, "node", "microvm")); len(ents) > 0 {
 		t.Errorf("run directories left: %v", ents)
 	}
+}
+
+// TestUpReadyWithGuestKernel starts `dsec up` with the VM tiers on an
+// empty kernel cache, as a first start does: by the time it reports
+// ready, the guest kernel has been fetched and the initramfs built, so
+// that no create waits for them (the fetch takes tens of seconds, which a
+// create's caller would otherwise spend waiting without being told why).
+// It fetches the kernel package from the apt mirror, and logs how long
+// the start took; the waits are raised for a loaded machine and -race
+// (whose build decompresses the kernel several times slower).
+func TestUpReadyWithGuestKernel(t *testing.T) {
+	on := withMicroVM(t)
+	defer func(w, r time.Duration) { guestKernelWait, readyWait = w, r }(guestKernelWait, readyWait)
+	guestKernelWait, readyWait = 10*time.Minute, 11*time.Minute
+	dir := vmDataDir(t, "TestMvk")
+	cache := filepath.Join(dir, "kernel-cache")
+	start := time.Now()
+	u := startUp(t, dir, func(c *config.Config) {
+		on(c)
+		c.MicroVM.CacheDir = cache
+	})
+	t.Logf("dsec up was ready after %v on an empty kernel cache", time.Since(start).Round(time.Millisecond))
+	kernels, _ := filepath.Glob(filepath.Join(cache, "kernel", "r*", "*", "manifest.json"))
+	initrds, _ := filepath.Glob(filepath.Join(cache, "initramfs", "*.cpio"))
+	if len(kernels) == 0 || len(initrds) == 0 {
+		t.Errorf("at ready, the kernel cache holds kernels %v and initramfs %v; want both", kernels, initrds)
+	}
+	u.stop()
+
+	// A second start finds them cached.
+	start = time.Now()
+	u = startUp(t, dir, func(c *config.Config) {
+		on(c)
+		c.MicroVM.CacheDir = cache
+	})
+	t.Logf("dsec up was ready after %v with the kernel cached", time.Since(start).Round(time.Millisecond))
+	u.stop()
+}
+
+// TestStopWhileWaitingForGuestKernel stops `dsec up` while its start waits
+// for the guest kernel (held here: the test holds the kernel cache's lock,
+// so the fetch cannot begin): Run returns nil at once, without having
+// reported ready or opened the API, and leaves nothing mounted.
+func TestStopWhileWaitingForGuestKernel(t *testing.T) {
+	on := withMicroVM(t)
+	dir := vmDataDir(t, "TestMvw")
+	cache := filepath.Join(dir, "kernel-cache")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := sys.LockFile(context.Background(), filepath.Join(cache, "kernel.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	cfg := config.Defaults()
+	cfg.DataDir, cfg.API.Listen, cfg.NATS.Listen, cfg.Node.ID = dir, "127.0.0.1:0", "none", "test-node"
+	cfg.Images.BuiltinCache, cfg.Images.SkipSlow = builtinCache, true
+	cfg.Container.Disabled = true
+	on(&cfg)
+	cfg.MicroVM.CacheDir = cache
+	lines := &logLines{}
+	log := slog.New(slog.NewTextHandler(testWriter{t, lines}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done, ready := make(chan error, 1), make(chan struct{}, 1)
+	go func() { done <- Run(ctx, RoleUp, cfg, Build{Version: "test"}, log, func(Info) { ready <- struct{}{} }) }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(lines.matching("guest kernel before serving")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the start did not begin waiting for the guest kernel")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // still waiting: the lock is held
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run stopped while starting: %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30 s of its context's end")
+	}
+	select {
+	case <-ready:
+		t.Error("reported ready without the guest kernel")
+	default:
+	}
+	if _, err := os.Stat(filepath.Join(dir, AddrFile)); !os.IsNotExist(err) {
+		t.Errorf("the API address file: %v, want none (the API never opened)", err)
+	}
+	testenv.NoMountsUnder(t, dir)
 }

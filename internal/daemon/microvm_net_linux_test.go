@@ -17,8 +17,9 @@ import (
 // TestMicroVMNetworkThroughRestart: with the container tier on, a
 // microvm and a container with a network policy both get addresses from
 // the one network manager; across a node restart that keeps sandboxes,
-// each tier's recovery keeps the other's networks (network.Shared), and
-// deleting them removes their namespaces.
+// each tier's recovery keeps the other's networks (network.Shared) and
+// re-adopts a microvm without network access without logging an error,
+// and deleting them removes their namespaces.
 func TestMicroVMNetworkThroughRestart(t *testing.T) {
 	on := withMicroVM(t)
 	ct := withContainers(t)
@@ -62,9 +63,19 @@ func TestMicroVMNetworkThroughRestart(t *testing.T) {
 	}
 	t.Logf("microvm %s at %s, container %s at %s", vm.ID, vmAddr, box.ID, boxAddr)
 	netns := func(id string) string { return filepath.Join(network.DefaultNetnsDir, names.Net+"-"+id) }
+	lone, err := u.c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierMicroVM, MemoryMB: 256})
+	if err != nil {
+		t.Fatalf("microvm without a network: %v", err)
+	}
 
 	u.stop()
 	u = startUp(t, dir, adjust)
+	if lines := u.log.matching("level=ERROR"); len(lines) > 0 {
+		t.Errorf("the restart logged errors:\n%s", strings.Join(lines, "\n"))
+	}
+	if res, err := u.c.Exec(ctx, lone.ID, api.ExecRequest{Cmd: []string{"echo", "alive"}}); err != nil || res.Stdout != "alive\n" {
+		t.Errorf("exec in the microvm without a network after the restart: %+v, %v", res, err)
+	}
 	for id, want := range map[string]netip.Addr{vm.ID: vmAddr, box.ID: boxAddr} {
 		sb, err := u.c.GetSandbox(ctx, id)
 		if err != nil || sb.State != api.StateRunning {
@@ -78,6 +89,9 @@ func TestMicroVMNetworkThroughRestart(t *testing.T) {
 		}
 	}
 
+	if err := u.c.DeleteSandbox(ctx, lone.ID); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []string{vm.ID, box.ID} {
 		if err := u.c.DeleteSandbox(ctx, id); err != nil {
 			t.Fatal(err)

@@ -20,7 +20,7 @@ func runRole(t *testing.T, role Role, cfg config.Config) Info {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan Info, 1)
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(testWriter{t, nil}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() { done <- Run(ctx, role, cfg, Build{Version: "test"}, log, func(i Info) { ready <- i }) }()
 	var info Info
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -33,8 +34,10 @@ import (
 // idCount is how many ids a container sandbox's user namespace maps.
 const idCount = 65536
 
-// runtimes builds the tier runtimes this node offers.
-func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandbox.Registry, func(), error) {
+// runtimes builds the tier runtimes this node offers. vmReady, nil
+// without the VM tiers, is closed once their guest kernel and initramfs
+// are prepared (or their preparation failed: see prepareMicroVM).
+func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandbox.Registry, func(), <-chan struct{}, error) {
 	var cu cleanup.Stack
 	defer cu.Clean()
 	reg := sandbox.NewRegistry()
@@ -52,7 +55,7 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 	// they close).
 	rec, mon, closeAudit, err := d.startAudit()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cu.Add(closeAudit)
 	fopt := function.Options{
@@ -66,10 +69,10 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 	}
 	fn, err := function.New(ctx, fopt)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := reg.Register(fn); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// The VM tiers' networks come from the container tier's network
 	// manager, when they run: one range, one nftables table, one deny-set.
@@ -89,42 +92,54 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		}
 		ct, nets, closeDeps, err := d.containerRuntime(ctx, layers, watcher, mon, vmTiers)
 		if err != nil {
-			return nil, nil, fmt.Errorf("container tier (set [container] disabled = true to run without it): %w", err)
+			return nil, nil, nil, fmt.Errorf("container tier (set [container] disabled = true to run without it): %w", err)
 		}
 		// Runtimes close before their network and cgroup managers.
 		cu.Add(closeDeps)
 		if err := reg.Register(ct); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		closeRuntimes := closeAll
 		closeAll = func() { closeRuntimes(); closeDeps() }
 		copy(vmNets, nets)
 	}
+	// A VM tier's jail (its QEMUs' cgroup parent) closes after the
+	// runtimes: with no VM left, its parent goes.
+	addJail := func(closeJail func()) {
+		cu.Add(closeJail)
+		closeRuntimes := closeAll
+		closeAll = func() { closeRuntimes(); closeJail() }
+	}
 	var mv, vm *microvm.Runtime
 	if !d.cfg.MicroVM.Disabled {
-		if mv, err = d.microvmRuntime(ctx, layers, vmm.MicroVM, vmNets[0]); err != nil {
-			return nil, nil, fmt.Errorf("microvm tier (set [microvm] disabled = true to run without it): %w", err)
+		var closeJail func()
+		if mv, closeJail, err = d.microvmRuntime(ctx, layers, vmm.MicroVM, vmNets[0]); err != nil {
+			return nil, nil, nil, fmt.Errorf("microvm tier (set [microvm] disabled = true to run without it): %w", err)
 		}
+		addJail(closeJail)
 		if err := reg.Register(mv); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if !d.cfg.VM.Disabled {
-			if vm, err = d.microvmRuntime(ctx, layers, vmm.Q35, vmNets[1]); err != nil {
-				return nil, nil, fmt.Errorf("vm tier (set [vm] disabled = true to run without it): %w", err)
+			if vm, closeJail, err = d.microvmRuntime(ctx, layers, vmm.Q35, vmNets[1]); err != nil {
+				return nil, nil, nil, fmt.Errorf("vm tier (set [vm] disabled = true to run without it): %w", err)
 			}
+			addJail(closeJail)
 			if err := reg.Register(vm); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 		}
 	}
 	cu.Release()
+	var vmReady <-chan struct{}
 	if mv != nil {
 		// Stopped before the runtimes close.
-		stopPrepare := d.prepareMicroVM(mv, vm)
+		stop, ready := d.prepareMicroVM(mv, vm)
 		closeRuntimes := closeAll
-		closeAll = func() { stopPrepare(); closeRuntimes() }
+		closeAll = func() { stop(); closeRuntimes() }
+		vmReady = ready
 	}
-	return reg, func() { closeAll(); closeAudit() }, nil
+	return reg, func() { closeAll(); closeAudit() }, vmReady, nil
 }
 
 // microvmRuntime makes the microvm tier (machine vmm.MicroVM) or the vm
@@ -132,8 +147,10 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 // then reports it unavailable (and why), and the scheduler places nothing
 // on it. nets is its view of the container tier's network manager; nil
 // (the container tier disabled) means its VMs have no network, and specs
-// that need one are refused.
-func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, machine vmm.Machine, nets *network.Shared) (*microvm.Runtime, error) {
+// that need one are refused. The function returned closes the tier's
+// jail (removing its cgroup parent if no VM's group is left in it) once
+// the runtime has closed.
+func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, machine vmm.Machine, nets *network.Shared) (*microvm.Runtime, func(), error) {
 	c := d.cfg.MicroVM
 	tier, timeout, parent := microvm.Tier, c.BootTimeoutS, c.CgroupParent
 	uidBase := c.UIDBase
@@ -170,6 +187,7 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 	if opt.Accel == "auto" {
 		opt.Accel = ""
 	}
+	closeJail := func() {}
 	switch {
 	case c.Unjailed:
 	case os.Geteuid() != 0:
@@ -179,11 +197,23 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 	default:
 		jail, err := d.vmJail(ctx, tier, parent, uidBase)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opt.Jail = jail
+		closeJail = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := jail.Cgroups.Close(ctx); err != nil {
+				d.log.Warn("closing the VM cgroup manager", "tier", tier, "err", err)
+			}
+		}
 	}
-	return microvm.New(ctx, opt)
+	rt, err := microvm.New(ctx, opt)
+	if err != nil {
+		closeJail()
+		return nil, nil, err
+	}
+	return rt, closeJail, nil
 }
 
 // vmJail is the Jail of a VM tier's QEMUs: uids from uidBase, a cgroup
@@ -213,36 +243,25 @@ func (d *daemon) vmJail(ctx context.Context, tier, parent string, uidBase int) (
 	}, nil
 }
 
-// prepareMicroVM fetches the guest kernel and builds the initramfs in the
-// background (for the microvm tier mv and, if not nil, the vm tier vm,
-// which share them), so that neither `dsec up` nor the first create waits for
-// them (a create that comes first waits for the same fetch, not a second
-// one), then, with accelerator "auto", probes whether the kernel boots on
-// KVM (vmm.ProbeAccel) and, if it does, switches the tier to it. The node
-// reports the tier's accelerator in its tiers (GET /v1/nodes). A failure
-// is logged: the first create tries the fetch again, and reports it. The
-// function returned stops the work and waits for it.
-func (d *daemon) prepareMicroVM(mv, vm *microvm.Runtime) func() {
+// prepareMicroVM fetches the guest kernel and builds the initramfs (for
+// the microvm tier mv and, if not nil, the vm tier vm, which share them)
+// in the background, closing ready when that is done or has failed; the
+// node's start waits for it (waitGuestKernel), so that no create waits
+// for the fetch. It then, with accelerator "auto", probes whether the
+// kernel boots on KVM (vmm.ProbeAccel) and, if it does, switches the tier
+// to it. The node reports the tier's accelerator in its tiers (GET
+// /v1/nodes). A failure is logged: the first create tries the fetch
+// again, and reports it. stop stops the work and waits for it.
+func (d *daemon) prepareMicroVM(mv, vm *microvm.Runtime) (stop func(), ready <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	done, prepared := make(chan struct{}), make(chan struct{})
 	log := d.log.With("tier", microvm.Tier)
 	go func() {
 		defer close(done)
-		if info := mv.Fingerprint(ctx); !info.Available {
-			log.Warn("the microvm tier is unavailable", "reason", info.Reason)
+		kernel, ok := d.prepareGuestKernel(ctx, log, mv, vm)
+		close(prepared)
+		if !ok {
 			return
-		}
-		kernel, err := mv.Prepare(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("preparing the guest kernel (the first microvm create tries again)", "err", err)
-			}
-			return
-		}
-		if vm != nil {
-			if _, err := vm.Prepare(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("preparing the vm tier's boot files (its first create tries again)", "err", err)
-			}
 		}
 		if a := d.cfg.MicroVM.Accelerator; a != "" && a != "auto" {
 			return
@@ -266,6 +285,57 @@ func (d *daemon) prepareMicroVM(mv, vm *microvm.Runtime) func() {
 			cancel()
 			<-done
 		})
+	}, prepared
+}
+
+// prepareGuestKernel prepares the VM tiers' boot files (see
+// prepareMicroVM) and returns the kernel's path, or false if the tier is
+// unavailable or the preparation failed (logged).
+func (d *daemon) prepareGuestKernel(ctx context.Context, log *slog.Logger, mv, vm *microvm.Runtime) (string, bool) {
+	if info := mv.Fingerprint(ctx); !info.Available {
+		log.Warn("the microvm tier is unavailable", "reason", info.Reason)
+		return "", false
+	}
+	kernel, err := mv.Prepare(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("preparing the guest kernel (the first microvm create tries again)", "err", err)
+		}
+		return "", false
+	}
+	if vm != nil {
+		if _, err := vm.Prepare(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("preparing the vm tier's boot files (its first create tries again)", "err", err)
+		}
+	}
+	return kernel, true
+}
+
+// guestKernelWait bounds how long a node's start waits for the VM tiers'
+// guest kernel. The first start on an empty kernel cache fetches it from
+// the apt mirror (12–20 s here; minutes on a slow link); later starts find
+// it cached (about 2 s here: the apt index lookup and the files'
+// digests). A node still preparing it then serves anyway: its first VM
+// creates wait for the same preparation. A variable for tests.
+var guestKernelWait = 2 * time.Minute
+
+// waitGuestKernel holds the node's start until ready is closed (the
+// guest kernel and initramfs prepared: prepareMicroVM), up to
+// guestKernelWait or until ctx ends. ready may be nil (no VM tiers).
+func (d *daemon) waitGuestKernel(ctx context.Context, ready <-chan struct{}) {
+	if ready == nil {
+		return
+	}
+	start := time.Now()
+	d.log.Info("preparing the VM tiers' guest kernel before serving (the first start fetches it from the apt mirror: tens of seconds)")
+	t := time.NewTimer(guestKernelWait)
+	defer t.Stop()
+	select {
+	case <-ready:
+		d.log.Info("the VM tiers' guest kernel is ready", "took", time.Since(start).Round(time.Millisecond))
+	case <-t.C:
+		d.log.Warn("the VM tiers' guest kernel is still being prepared: serving now; the first microvm and vm creates wait for it", "waited", guestKernelWait)
+	case <-ctx.Done():
 	}
 }
 

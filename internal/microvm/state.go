@@ -106,10 +106,13 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 		// What no adopted VM owns goes: namespaces, veths, nftables
 		// elements (for every runtime sharing the manager: see
 		// network.Shared). A failed sweep leaves strays, logged, and
-		// does not fail the recovery.
-		ids := make([]string, 0, len(out))
+		// does not fail the recovery. VMs without network access have
+		// no network there and are not named.
+		var ids []string
 		for _, sb := range out {
-			ids = append(ids, sb.ID())
+			if s := sb.(*Sandbox); s.netns != "" {
+				ids = append(ids, s.id)
+			}
 		}
 		if err := r.opt.Network.Recover(ctx, ids); err != nil {
 			r.log.Error("sweeping networks no sandbox owns", "err", err)

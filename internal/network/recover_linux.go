@@ -100,8 +100,10 @@ func (m *Manager) adoptOne(ctx context.Context, r record, err error) (*endpoint,
 // and removes everything else of this Manager's on the node: adopted
 // sandboxes not in live, and host-side veths (with their routes) that
 // belong to no sandbox. Call it once after New, when the runtime knows
-// which sandboxes survived a restart. It returns errdefs.NotFound naming
-// the live sandboxes whose networks did not survive.
+// which sandboxes survived a restart; live names those of them that had
+// a network of this Manager (not those without network access, which
+// have none here). It returns errdefs.NotFound naming the live sandboxes
+// whose networks did not survive.
 func (m *Manager) Recover(ctx context.Context, live []string) error {
 	m.mu.Lock()
 	if m.closed {

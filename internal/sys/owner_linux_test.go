@@ -40,6 +40,7 @@ func TestWithThreadEUID(t *testing.T) {
 	}
 	defer func() {
 		_ = cmd.Process.Kill()
+		// bounded: sleep ends at SIGKILL
 		_ = cmd.Wait()
 	}()
 	if want := "0\t4242424\t0\t4242424"; during != want {

@@ -45,6 +45,7 @@ var programs = map[string]string{
 	"ip":                 "deb:iproute2",
 	"mkfs.erofs":         "deb:erofs-utils",
 	"mkfs.ext4":          "deb:e2fsprogs",
+	"mount":              "base:mount",
 	"nsenter":            "base:util-linux",
 	"qemu-system-x86_64": "deb:qemu-system-x86",
 	"runc":               "bench:runc",
@@ -52,6 +53,7 @@ var programs = map[string]string{
 	"sh":                 "base:dash",
 	"sync":               "base:coreutils",
 	"true":               "base:coreutils",
+	"unshare":            "base:util-linux",
 	"wat2wasm":           "deb:wabt",
 }
 

@@ -5,6 +5,7 @@ package sys
 import (
 	"fmt"
 	"os"
+	"os/exec"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -105,4 +106,9 @@ func CloneFile(dst, src string, perm os.FileMode) (bool, error) {
 
 func MountFUSE(dir, subtype string) (*os.File, error) {
 	return nil, fmt.Errorf("mounting fuse at %s: %w", dir, errdefs.ErrNotSupported)
+}
+
+// RunContained needs Linux namespaces.
+func RunContained(cmd *exec.Cmd) error {
+	return fmt.Errorf("running %s contained: %w", cmd.Path, errdefs.ErrNotSupported)
 }

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -20,6 +22,35 @@ const MetaPackage = "linux-image-amd64"
 // debPackage is a binary package as the host's apt index describes it.
 type debPackage struct {
 	Name, Version, SHA256 string
+}
+
+// resolveReuse is how long a resolution is reused by resolveRecent. A
+// node's start prepares both VM tiers' boot files, one after the other,
+// and each resolution is two apt-cache runs: ~0.1 s with apt's binary
+// cache, but 2.5 s each at a load of 8 on this host, which has none
+// (apt-cache then parses the package lists every time).
+const resolveReuse = time.Minute
+
+var lastResolve struct {
+	mu  sync.Mutex // guards following fields
+	at  time.Time
+	pkg debPackage
+}
+
+// resolveRecent is resolve, reusing a successful answer under
+// resolveReuse old: an index that changes meanwhile is seen a minute
+// later, which a cached kernel does not mind.
+func resolveRecent(ctx context.Context) (debPackage, error) {
+	lastResolve.mu.Lock()
+	defer lastResolve.mu.Unlock()
+	if !lastResolve.at.IsZero() && time.Since(lastResolve.at) < resolveReuse {
+		return lastResolve.pkg, nil
+	}
+	pkg, err := resolve(ctx)
+	if err == nil {
+		lastResolve.at, lastResolve.pkg = time.Now(), pkg
+	}
+	return pkg, err
 }
 
 // resolve finds the kernel package MetaPackage's candidate depends on, and
@@ -93,6 +124,10 @@ func download(ctx context.Context, dir string, pkg debPackage) (string, error) {
 // aptUpdate refreshes the host's apt index (needs root).
 func aptUpdate(ctx context.Context) error {
 	_, err := aptCmd(ctx, "", "apt-get", "update", "-qq")
+	// The index may name another package now.
+	lastResolve.mu.Lock()
+	lastResolve.at = time.Time{}
+	lastResolve.mu.Unlock()
 	return err
 }
 

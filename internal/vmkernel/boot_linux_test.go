@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/builtin"
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/testenv"
 	"github.com/dsec-dev/dsec/internal/vminit"
 )
@@ -296,4 +297,25 @@ func TestFetchCached(t *testing.T) {
 		})
 	}
 	testenv.WaitGroup(t, &wg, 10*time.Minute, "the concurrent Fetches")
+}
+
+// TestResolveRecent checks that a resolution is reused for a while: a
+// node's start resolves once for both VM tiers.
+func TestResolveRecent(t *testing.T) {
+	lastResolve.mu.Lock()
+	lastResolve.at = time.Time{}
+	lastResolve.mu.Unlock()
+	ctx := context.Background()
+	first, err := resolveRecent(ctx)
+	if errors.Is(err, errdefs.ErrNotSupported) {
+		t.Skipf("no apt here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := lastResolve.at
+	again, err := resolveRecent(ctx)
+	if err != nil || again != first || !lastResolve.at.Equal(at) {
+		t.Errorf("second resolution: %+v at %v, %v; want %+v reused from %v", again, lastResolve.at, err, first, at)
+	}
 }

@@ -83,7 +83,7 @@ func (k Kernel) VmlinuxPath() string { return filepath.Join(k.Dir, k.Vmlinux.Pat
 // errdefs.ErrNotSupported when the host has no apt or the kernel cannot be
 // booted as a PVH vmlinux.
 func Fetch(ctx context.Context, cacheDir string, log *slog.Logger) (Kernel, error) {
-	pkg, err := resolve(ctx)
+	pkg, err := resolveRecent(ctx)
 	updated := false
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Info("refreshing the apt index to find the guest kernel", "err", err)
@@ -112,6 +112,7 @@ func Fetch(ctx context.Context, cacheDir string, log *slog.Logger) (Kernel, erro
 		return k, nil // another caller cached it meanwhile
 	}
 	start := time.Now()
+	log.Info("fetching the guest kernel from the apt mirror (once per kernel package)", "package", pkg.Name, "version", pkg.Version)
 	k, err := build(ctx, dir, pkg, updated, log)
 	if err != nil {
 		return Kernel{}, fmt.Errorf("fetching %s %s: %w", pkg.Name, pkg.Version, err)
