@@ -34,6 +34,14 @@ func (l *auditLog) Append(_ context.Context, e api.AuditEvent) error {
 // prefixes (the sandbox network and the node's addresses).
 func startAudit(t *testing.T, node ...netip.Prefix) (*audit.Recorder, *auditLog) {
 	t.Helper()
+	_, rec, log := startMonitor(t, node...)
+	return rec, log
+}
+
+// startMonitor is startAudit that also returns the monitor, for a test
+// that restricts executables through it (Options.Exec).
+func startMonitor(t *testing.T, node ...netip.Prefix) (*monitor.Monitor, *audit.Recorder, *auditLog) {
+	t.Helper()
 	mon, err := monitor.Start(nil)
 	if err != nil {
 		t.Fatalf("the eBPF monitor: %v", err)
@@ -49,7 +57,7 @@ func startAudit(t *testing.T, node ...netip.Prefix) (*audit.Recorder, *auditLog)
 	rec := audit.NewRecorder(mon, rules, log, nil)
 	// bounded: closing the monitor ends the recorder's loop
 	t.Cleanup(func() { mon.Close(); rec.Wait() })
-	return rec, log
+	return mon, rec, log
 }
 
 // audited fails the test unless sb's audit events include one of rule

@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/audit"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
@@ -103,18 +101,7 @@ func TestPhaseExecutables(t *testing.T) {
 		checkHost(t, dir)
 		noSandboxProcs(t, nm)
 	})
-	mon, err := monitor.Start(nil)
-	if err != nil {
-		t.Fatalf("the eBPF monitor: %v", err)
-	}
-	rules, err := audit.LoadRules("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &auditLog{}
-	rec := audit.NewRecorder(mon, rules, log, nil)
-	// bounded: closing the monitor ends the recorder's loop
-	t.Cleanup(func() { mon.Close(); rec.Wait() })
+	mon, rec, log := startMonitor(t)
 	rt := newRuntime(t, dir, runtimeOptions{monitor: rec})
 	ctx := context.Background()
 	phases := []api.Phase{

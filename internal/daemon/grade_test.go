@@ -107,27 +107,7 @@ func TestSealedGrading(t *testing.T) {
 	// agent makes a sandbox as a rollout leaves it: the visible tests (a
 	// copy of the pristine ones), the solution, then what the agent did.
 	agent := func(t *testing.T, solution, script string) string {
-		t.Helper()
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierContainer, Image: "busybox"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.DeleteSandbox(context.Background(), sb.ID) })
-		files := map[string]string{"/workspace/solution.sh": solution}
-		for name, body := range gradeTests {
-			files["/workspace/"+name] = body
-		}
-		for p, body := range files {
-			if _, err := c.WriteFile(ctx, sb.ID, p, strings.NewReader(body), client.WriteOptions{Parents: true}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if script != "" {
-			if res := mustExec(t, c, sb.ID, api.ExecRequest{Command: script}); res.ExitCode != 0 {
-				t.Fatalf("the agent's actions: %+v", res)
-			}
-		}
-		return sb.ID
+		return agentSandbox(t, c, gradeTests, solution, script)
 	}
 	// inPlace is the negative control: the same grader run where the
 	// agent worked, judged as a naive trainer would.
@@ -423,27 +403,7 @@ func TestSealedGradingTestsLayerWins(t *testing.T) {
 	importTestsLayer(t, c, "tests/layout:v1", layoutTests)
 	cmd := []string{"sh", "/workspace/tests/run.sh", "/tmp/dsec-grade/junit.xml"}
 	agent := func(t *testing.T, solution, script string) string {
-		t.Helper()
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierContainer, Image: "busybox"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.DeleteSandbox(context.Background(), sb.ID) })
-		files := map[string]string{"/workspace/solution.sh": solution}
-		for name, body := range layoutTests {
-			files["/workspace/"+name] = body
-		}
-		for p, body := range files {
-			if _, err := c.WriteFile(ctx, sb.ID, p, strings.NewReader(body), client.WriteOptions{Parents: true}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if script != "" {
-			if res := mustExec(t, c, sb.ID, api.ExecRequest{Command: script}); res.ExitCode != 0 {
-				t.Fatalf("the agent's actions: %+v", res)
-			}
-		}
-		return sb.ID
+		return agentSandbox(t, c, layoutTests, solution, script)
 	}
 	grade := func(t *testing.T, id string) *api.GradeResult {
 		t.Helper()
@@ -502,4 +462,31 @@ func TestSealedGradingTestsLayerWins(t *testing.T) {
 			t.Errorf("the renames of sed -i hit test-tampering for %q, want %q", tampered, want)
 		}
 	})
+}
+
+// agentSandbox makes a sandbox as a rollout leaves it: a copy of the
+// tests, the solution, then what the agent's script did.
+func agentSandbox(t *testing.T, c *client.Client, tests map[string]string, solution, script string) string {
+	t.Helper()
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierContainer, Image: "busybox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.DeleteSandbox(context.Background(), sb.ID) })
+	files := map[string]string{"/workspace/solution.sh": solution}
+	for name, body := range tests {
+		files["/workspace/"+name] = body
+	}
+	for p, body := range files {
+		if _, err := c.WriteFile(ctx, sb.ID, p, strings.NewReader(body), client.WriteOptions{Parents: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if script != "" {
+		if res := mustExec(t, c, sb.ID, api.ExecRequest{Command: script}); res.ExitCode != 0 {
+			t.Fatalf("the agent's actions: %+v", res)
+		}
+	}
+	return sb.ID
 }
