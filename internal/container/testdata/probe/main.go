@@ -409,6 +409,16 @@ func check(name string, a []string) error {
 			n = uint64(atoi(a[0]))
 		}
 		return unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n})
+	// Another process's limits (the agent's, PID 1): prlimit=PID,RESOURCE,N
+	// sets soft and hard limit to N (RESOURCE: nofile, cpu, nproc, as).
+	case "prlimit":
+		res := map[string]int{"nofile": unix.RLIMIT_NOFILE, "cpu": unix.RLIMIT_CPU, "nproc": unix.RLIMIT_NPROC, "as": unix.RLIMIT_AS}[arg(1)]
+		n := uint64(atoi(arg(2)))
+		return unix.Prlimit(target(arg(0)), res, &unix.Rlimit{Cur: n, Max: n}, nil)
+	// Reading another process's limits only (no new limit).
+	case "prlimit-get":
+		var old unix.Rlimit
+		return unix.Prlimit(target(arg(0)), unix.RLIMIT_NOFILE, nil, &old)
 	}
 	fmt.Fprintf(os.Stderr, "probe: unknown check %q\n", name)
 	os.Exit(2)
