@@ -31,7 +31,7 @@ type Group struct {
 	// commands is the memory group's child for commands (see
 	// Limits.AgentMemoryBytes; "" on v2), which may not exist.
 	commands string
-	id                                  uint64
+	id       uint64
 	// limits were applied last; base: see Counters.
 	limits Limits
 	base   Counters
