@@ -5,6 +5,7 @@ package sys
 import (
 	"fmt"
 	"os"
+	"syscall"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -97,3 +98,12 @@ func ReplaceWritable([]string, []string, int, int) error { return errdefs.ErrNot
 func CloneFile(dst, src string, perm os.FileMode) (bool, error) {
 	return false, fmt.Errorf("cloning %s: %w", src, errdefs.ErrNotSupported)
 }
+
+// ExitWatch notices the end of one process (Linux only).
+type ExitWatch struct{}
+
+func WatchExit(int) (*ExitWatch, error)                     { return nil, errdefs.ErrNotSupported }
+func (*ExitWatch) Wait() error                              { return errdefs.ErrNotSupported }
+func (*ExitWatch) Status() (ws syscall.WaitStatus, ok bool) { return 0, false }
+func (*ExitWatch) Pid() int                                 { return 0 }
+func (*ExitWatch) Close() error                             { return nil }
