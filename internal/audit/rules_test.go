@@ -110,6 +110,8 @@ func TestDefaultRules(t *testing.T) {
 		{sys("fallocate", -28), "quota-exhausted"},
 		{withPath(sys("openat", -30), "/etc/passwd"), "read-only-write"},
 		{withPath(sys("openat", -2), "/etc/nope/x"), ""},
+		// What the node reports.
+		{monitor.Event{Kind: monitor.KindSandboxEnded, Detail: "agent_exited: killed by SIGKILL"}, "sandbox-ended"},
 	} {
 		if got := first(tc.e); got != tc.want {
 			t.Errorf("%+v: rule %q, want %q", tc.e, got, tc.want)
