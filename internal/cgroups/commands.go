@@ -98,3 +98,19 @@ func (g *Group) commandsOOMKills() int64 {
 	}
 	return keyValue(string(b), "oom_kill")
 }
+
+// OwnOOMKills counts the OOM kills at the group's own limit since it was
+// made: on v1 and hybrid hosts without those of its commands group, so
+// that a rise means the OOM killer chose a task outside it (a sandbox's
+// agent); on v2, every OOM kill of the group.
+func (g *Group) OwnOOMKills() int64 {
+	var r reads
+	if g.m.mode == V2 {
+		return r.key(g.unified, "memory.events", "oom_kill")
+	}
+	return r.key(g.memory, "memory.oom_control", "oom_kill")
+}
+
+// SplitsCommands reports whether the group can have a commands group
+// (v1 and hybrid hosts).
+func (g *Group) SplitsCommands() bool { return g.commands != "" }

@@ -130,6 +130,9 @@ type Runtime struct {
 
 	warm *warmPool // nil: none
 
+	emu   sync.Mutex // guards onEnd
+	onEnd func(sandbox.Ended)
+
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*Sandbox
 	closed    bool

@@ -69,6 +69,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	err := r.startPhase(ctx, sb)
 	if err == nil {
 		r.watch(sb)
+		err = sb.openExitWatch()
 	}
 	r.mu.Lock()
 	if err == nil {
@@ -82,6 +83,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	sb.watchAgent()
 	return sb, nil
 }
 
@@ -287,7 +289,7 @@ func (r *Runtime) limits(spec sandbox.Spec) cgroups.Limits {
 	if mem <= 0 {
 		mem = 256 << 20
 	}
-	return cgroups.Limits{CPU: spec.CPU, MemoryBytes: mem, Pids: r.opt.Pids}
+	return cgroups.Limits{CPU: spec.CPU, MemoryBytes: mem, Pids: r.opt.Pids, AgentMemoryBytes: agentMemoryBytes}
 }
 
 // seccomp returns the filter of sandboxes whose commands may hold caps
@@ -422,6 +424,10 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 	if _, err := client.Hello(ctx); err != nil {
 		client.Close()
 		return fail(fmt.Errorf("%w (console: %s)", setupError(files.syncR, err), consoleTail(dir)))
+	}
+	if err := r.placeCommands(pid, cg); err != nil {
+		client.Close()
+		return fail(err)
 	}
 	return pid, wait, client, nil
 }

@@ -34,6 +34,10 @@ type Sandbox struct {
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client
 	destroyed bool
+	// exit watches the agent (liveness.go); oomBase is the group's own
+	// OOM kill count when the watch began.
+	exit    *sys.ExitWatch
+	oomBase int64
 }
 
 var (
@@ -152,6 +156,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	if c != nil {
 		c.Close()
 	}
+	s.closeExitWatch()
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	s.survivors()
@@ -196,4 +201,5 @@ func (s *Sandbox) detach() {
 	if c != nil {
 		c.Close()
 	}
+	s.closeExitWatch()
 }

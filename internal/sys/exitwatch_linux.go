@@ -91,3 +91,6 @@ func (w *ExitWatch) Close() error {
 	w.closed.Store(true)
 	return w.f.Close()
 }
+
+// SignalName is the signal's name ("SIGKILL"), or "" if it has none.
+func SignalName(s syscall.Signal) string { return unix.SignalName(s) }

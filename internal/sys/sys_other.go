@@ -107,3 +107,4 @@ func (*ExitWatch) Wait() error                              { return errdefs.Err
 func (*ExitWatch) Status() (ws syscall.WaitStatus, ok bool) { return 0, false }
 func (*ExitWatch) Pid() int                                 { return 0 }
 func (*ExitWatch) Close() error                             { return nil }
+func SignalName(s syscall.Signal) string                    { return "" }
