@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -72,6 +73,11 @@ func main() {
 		nested(args)
 	case "alloc":
 		alloc(atoi(args[0]))
+	case "hogs":
+		hogs(atoi(args[0]), args[1])
+	case "hold":
+		alloc(atoi(args[0]))
+		time.Sleep(time.Minute)
 	case "files":
 		files(args[0], atoi(args[1]))
 	case "listen-unix":
@@ -815,6 +821,38 @@ func alloc(mib int) {
 		b[i] = 1
 	}
 	fmt.Printf("allocated=%d\n", mib)
+}
+
+// hogs fills memory with many small processes: n copies of this probe,
+// each holding mib MiB, started together; it prints how many were
+// killed (by the OOM killer) within 3 s, and how many lived on.
+func hogs(n int, mib string) {
+	var stopping atomic.Bool
+	var killed atomic.Int32
+	var wg sync.WaitGroup
+	var cmds []*exec.Cmd
+	for range n {
+		c := exec.Command("/proc/self/exe", "hold", mib)
+		if err := c.Start(); err != nil {
+			break
+		}
+		cmds = append(cmds, c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.Wait()
+			if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !stopping.Load() {
+				killed.Add(1)
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second)
+	stopping.Store(true)
+	for _, c := range cmds {
+		_ = c.Process.Kill()
+	}
+	wg.Wait()
+	fmt.Printf("started=%d\nkilled=%d\nlived=%d\n", len(cmds), killed.Load(), int32(len(cmds))-killed.Load())
 }
 
 // files creates up to n empty files in dir, until one fails.
