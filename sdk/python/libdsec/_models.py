@@ -103,7 +103,9 @@ class AuditEvent:
     (the ``AuditEvent`` schema): an exec (``kind`` "exec", ``path`` the
     program) or a watched system call (``kind`` "syscall") with its
     ``result`` and ``verdict`` ("allowed", "denied" or "failed"), and the
-    ``rule`` it hit with its ``severity`` ("info" when none)."""
+    ``rule`` it hit with its ``severity`` ("info" when none). Events the node
+    reports itself carry a ``detail``: a ``sandbox-ended`` event's says how the
+    sandbox ended (its failed record's ``reason``)."""
 
     sandbox: str
     time: datetime | None
@@ -121,6 +123,7 @@ class AuditEvent:
     result: int = 0
     rule: str = ""
     description: str = ""
+    detail: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> AuditEvent:
@@ -141,6 +144,7 @@ class AuditEvent:
             result=int(d.get("result") or 0),
             rule=str(d.get("rule") or ""),
             description=str(d.get("description") or ""),
+            detail=str(d.get("detail") or ""),
         )
 
 
