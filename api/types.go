@@ -123,7 +123,8 @@ type AuditEvent struct {
 	Pid  uint32 `json:"pid"`
 	UID  uint32 `json:"uid"`
 	Comm string `json:"comm"`
-	// Kind is "exec" or "syscall".
+	// Kind is "exec" or "syscall" (the kernel's monitor), "oom-kill", or
+	// an event the node reports itself (internal/monitor's Kind…).
 	Kind    string `json:"kind"`
 	Syscall string `json:"syscall,omitempty"`
 	// Path is the program executed or the call's path argument (made
@@ -144,6 +145,9 @@ type AuditEvent struct {
 	Severity    string `json:"severity"`
 	Rule        string `json:"rule,omitempty"`
 	Description string `json:"description,omitempty"`
+	// Detail says what the node saw, for events it reports itself (a
+	// sandbox-ended event's failure reason).
+	Detail string `json:"detail,omitempty"`
 }
 
 // AuditEventList is GET /v1/sandboxes/{id}/events.

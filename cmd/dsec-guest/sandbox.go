@@ -37,19 +37,36 @@ type forkRes struct {
 // are the sandbox's console log on the host: only setup failures and
 // agent warnings go there.
 //
-// The setup empties the capability bounding set of this goroutine's OS
-// thread only, so this goroutine stays locked to it and runs every fork
-// of a command while the agent serves on other goroutines.
-// dropPagesAfter is how long after setup the agent unmaps its
-// executable's read-only pages (guest.DropFilePages).
-const dropPagesAfter = 2 * time.Second
-
+// The setup empties the capability bounding set of its goroutine's OS
+// thread only, so that goroutine stays locked to it and runs every fork
+// of a command while the agent serves on other goroutines. That thread
+// is not the main one (see guest.ForkThread).
 func sandboxMain(stderr io.Writer) int {
+	// The main thread is held while the fork thread starts, so that the
+	// latter is another; it is then free for the runtime's other work.
 	runtime.LockOSThread()
 	// Executed through a descriptor, the process is named after it ("7");
 	// the main thread's name is the process's in ps.
 	_ = os.WriteFile("/proc/thread-self/comm", []byte("dsec-guest"), 0)
 	syscall.Umask(0o022)
+	status, locked := make(chan int, 1), make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // for good: its bounding set goes
+		_ = os.WriteFile("/proc/thread-self/comm", []byte(guest.ForkThread), 0)
+		close(locked)
+		status <- sandboxAgent(stderr)
+	}()
+	<-locked
+	runtime.UnlockOSThread()
+	return <-status
+}
+
+// dropPagesAfter is how long after setup the agent unmaps its
+// executable's read-only pages (guest.DropFilePages).
+const dropPagesAfter = 2 * time.Second
+
+// sandboxAgent is sandboxMain on the fork thread.
+func sandboxAgent(stderr io.Writer) int {
 	syncPipe := os.NewFile(4, "sandbox-sync")
 	nodeConn := os.NewFile(5, "node-conn")
 	first, err := net.FileConn(nodeConn)

@@ -148,7 +148,7 @@ func (r *Recorder) run() {
 func (r *Recorder) event(w *watch, e monitor.Event) api.AuditEvent {
 	out := api.AuditEvent{
 		Sandbox: w.sandbox, Time: e.Time.UTC(), Pid: e.Pid, UID: e.UID, Comm: e.Comm,
-		Kind: e.Kind, Syscall: e.Syscall, Path: e.Path, Target: e.Target, Argv: e.Argv, Result: e.Ret,
+		Kind: e.Kind, Syscall: e.Syscall, Path: e.Path, Target: e.Target, Argv: e.Argv, Result: e.Ret, Detail: e.Detail,
 		Verdict: "allowed", Severity: "info",
 	}
 	if w.phase != nil {

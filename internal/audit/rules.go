@@ -38,7 +38,8 @@ type Rule struct {
 type Match struct {
 	// Kind is an event kind (monitor.Kind…): "exec", "syscall",
 	// "oom-kill", or one the node reports ("phase-kill", "destroy-kill",
-	// "file-api", "output-capped", "call-timeout", "memory-limit").
+	// "file-api", "output-capped", "call-timeout", "memory-limit",
+	// "sandbox-ended").
 	Kind     string   `json:"kind,omitempty"`
 	Syscalls []string `json:"syscalls,omitempty"`
 	// Paths are patterns of the event's path or target (a rename's or

@@ -130,6 +130,8 @@ func TestDefaultRules(t *testing.T) {
 		{sys("mq_open", -2), ""},           // no such queue
 		{withPath(sys("openat", -30), "/etc/passwd"), "read-only-write"},
 		{withPath(sys("openat", -2), "/etc/nope/x"), ""},
+		// What the node reports.
+		{monitor.Event{Kind: monitor.KindSandboxEnded, Detail: "agent_exited: killed by SIGKILL"}, "sandbox-ended"},
 	} {
 		if got := first(tc.e); got != tc.want {
 			t.Errorf("%+v: rule %q, want %q", tc.e, got, tc.want)

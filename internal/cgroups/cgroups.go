@@ -32,6 +32,14 @@ type Limits struct {
 	// (default 1024; 2–262144); 0 keeps the default. v2 converts it to
 	// cpu.weight.
 	CPUWeight int
+	// AgentMemoryBytes, if positive, sets memory aside for the process
+	// that starts the sandbox's commands (v1 and hybrid hosts): the group
+	// is limited to MemoryBytes+AgentMemoryBytes and gets a child group in
+	// the memory hierarchy, CommandsGroup, limited to MemoryBytes, into
+	// which Group.AddCommandThread moves the thread that forks commands.
+	// Commands then fill and OOM in the child, where the OOM killer
+	// chooses among them only. Ignored on v2 (see AddCommandThread).
+	AgentMemoryBytes int64
 }
 
 // DefaultPids is the pids limit of a sandbox whose Limits leave it 0.
@@ -380,6 +388,9 @@ func (m *Manager) group(name string) *Group {
 			return ""
 		}
 		g.memory, g.pids, g.cpu, g.cpuacct, g.freezer = at("memory"), at("pids"), at("cpu"), at("cpuacct"), at("freezer")
+		if g.memory != "" {
+			g.commands = filepath.Join(g.memory, CommandsGroup)
+		}
 	}
 	return g
 }

@@ -35,8 +35,11 @@
 // memory.swap.max=0). The OOM killer runs inside the memory cgroup; the
 // parent's oom_kill_disable is checked to be 0 (children inherit it).
 // v1 has no memory.oom.group: the kernel kills the largest task of the
-// group, not all of them; the runtime should treat any OOM kill
-// ([Stats].OOMKills) as the sandbox's death and call Destroy. pids.max,
+// group, not all of them. With [Limits].AgentMemoryBytes a group gets a
+// child memory group for its commands ([CommandsGroup], where
+// [Group.AddCommandThread] puts the thread that forks them), so that the
+// largest task is chosen among the commands and never the process that
+// starts them. pids.max,
 // cpu.cfs_quota_us (period 100 ms) and cpu.shares as given. The devices
 // hierarchy of the parent allows only Docker's default device list
 // (null, zero, full, random, urandom, tty, console, ptmx, pts, mknod of

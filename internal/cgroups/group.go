@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +28,10 @@ type Group struct {
 	// the cgroup2 directory ("" in v1 mode).
 	memory, pids, cpu, cpuacct, freezer string
 	unified                             string
-	id                                  uint64
+	// commands is the memory group's child for commands (see
+	// Limits.AgentMemoryBytes; "" on v2), which may not exist.
+	commands string
+	id       uint64
 	// limits were applied last; base: see Counters.
 	limits Limits
 	base   Counters
@@ -99,7 +103,7 @@ func (g *Group) apply(l Limits) error {
 func (g *Group) SetBase(c Counters) { g.base = c }
 
 func (l Limits) check() error {
-	if l.CPU < 0 || l.MemoryBytes < 0 || l.CPUWeight < 0 || l.CPUWeight > 262144 {
+	if l.CPU < 0 || l.MemoryBytes < 0 || l.AgentMemoryBytes < 0 || l.CPUWeight < 0 || l.CPUWeight > 262144 {
 		return errdefs.New(errdefs.Invalid, "invalid_limits", "invalid cgroup limits %+v", l)
 	}
 	return nil
@@ -115,11 +119,12 @@ func cpuQuota(cores float64) int64 {
 func (g *Group) applyV1(l Limits) error {
 	var w writes
 	if l.MemoryBytes > 0 {
-		v := strconv.FormatInt(l.MemoryBytes, 10)
-		w.add(g.memory, "memory.limit_in_bytes", v)
-		if g.m.memsw {
-			// memsw counts RAM+swap: equal to the RAM limit, no swap.
-			w.add(g.memory, "memory.memsw.limit_in_bytes", v)
+		g.memoryLimit(&w, g.memory, l.MemoryBytes+l.AgentMemoryBytes)
+	}
+	if l.AgentMemoryBytes > 0 && w.err == nil {
+		w.err = g.makeCommands()
+		if l.MemoryBytes > 0 {
+			g.memoryLimit(&w, g.commands, l.MemoryBytes)
 		}
 	}
 	if l.Pids > 0 {
@@ -132,6 +137,16 @@ func (g *Group) applyV1(l Limits) error {
 		w.add(g.cpu, "cpu.shares", strconv.Itoa(max(l.CPUWeight, 2)))
 	}
 	return w.err
+}
+
+// memoryLimit limits the v1 memory group dir to n bytes.
+func (g *Group) memoryLimit(w *writes, dir string, n int64) {
+	v := strconv.FormatInt(n, 10)
+	w.add(dir, "memory.limit_in_bytes", v)
+	if g.m.memsw {
+		// memsw counts RAM+swap: equal to the RAM limit, no swap.
+		w.add(dir, "memory.memsw.limit_in_bytes", v)
+	}
 }
 
 func (g *Group) applyV2(l Limits) error {
@@ -275,7 +290,7 @@ func (g *Group) Stats() (Stats, error) {
 	} else {
 		st.MemoryBytes = r.int(g.memory, "memory.usage_in_bytes")
 		st.MemoryPeak = r.int(g.memory, "memory.max_usage_in_bytes")
-		st.OOMKills = r.key(g.memory, "memory.oom_control", "oom_kill")
+		st.OOMKills = r.key(g.memory, "memory.oom_control", "oom_kill") + g.commandsOOMKills()
 		st.Pids = r.int(g.pids, "pids.current")
 		st.PidsLimited = r.key(g.pids, "pids.events", "max")
 		if g.cpuacct != "" {
@@ -353,8 +368,14 @@ func (g *Group) rmdirs(ctx context.Context) error {
 	ctx, cancel := withDefaultTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var errs []error
-	for i := len(g.dirs) - 1; i >= 0; i-- {
-		d := g.dirs[i]
+	dirs := g.dirs
+	if g.commands != "" {
+		// A memory group with a child is busy until the child goes.
+		i := slices.Index(dirs, g.memory)
+		dirs = slices.Insert(slices.Clone(dirs), i+1, g.commands)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		d := dirs[i]
 		err := retry(ctx, func() (bool, error) {
 			err := os.Remove(d)
 			switch {

@@ -13,10 +13,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -28,6 +30,9 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(roleEnv) {
 	case "alloc":
 		allocRole()
+		return
+	case "threadfork":
+		threadForkRole()
 		return
 	}
 	if os.Geteuid() == 0 {
@@ -48,6 +53,35 @@ func allocRole() {
 	}
 	fmt.Println("ok", len(b)>>20)
 	os.Exit(0)
+}
+
+// threadForkRole is a process shaped like a sandbox's agent: its main
+// thread holds $HOLD MiB, and another thread, whose id it prints first,
+// runs /bin/sh -c "$CMD" once a line arrives on stdin. It prints
+// "child <pid> <how it ended>", then "ok" and exits 0.
+func threadForkRole() {
+	runtime.LockOSThread() // the leader stays on the main thread
+	hold, _ := strconv.Atoi(os.Getenv("HOLD"))
+	b := make([]byte, hold<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	tids, done := make(chan int), make(chan string)
+	go func() {
+		runtime.LockOSThread()
+		tids <- syscall.Gettid()
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		cmd := exec.Command("/bin/sh", "-c", os.Getenv("CMD"))
+		err := cmd.Start()
+		if err == nil {
+			err = cmd.Wait()
+		}
+		done <- fmt.Sprintf("child %d %v", cmd.Process.Pid, err)
+	}()
+	fmt.Println(<-tids)
+	fmt.Println(<-done)
+	fmt.Println("ok")
+	runtime.KeepAlive(b)
 }
 
 const hostRoot = "/sys/fs/cgroup"

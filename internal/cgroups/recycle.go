@@ -204,7 +204,7 @@ func (g *Group) reset() (c Counters, ok bool) {
 	if !g.noPids() || r.int(g.memory, "memory.usage_in_bytes") > recycleMaxMemory {
 		return c, false
 	}
-	c.OOMKills = r.key(g.memory, "memory.oom_control", "oom_kill")
+	c.OOMKills = r.key(g.memory, "memory.oom_control", "oom_kill") + g.commandsOOMKills()
 	c.PidsLimited = r.key(g.pids, "pids.events", "max")
 	if g.cpuacct != "" {
 		c.CPUNanos = r.int(g.cpuacct, "cpuacct.usage")
@@ -281,11 +281,11 @@ func (g *Group) lift(old, n Limits) error {
 		}
 		return w.err
 	}
-	if old.MemoryBytes > 0 && (n.MemoryBytes == 0 || n.MemoryBytes > old.MemoryBytes) {
-		if g.m.memsw {
-			w.add(g.memory, "memory.memsw.limit_in_bytes", "-1")
-		}
-		w.add(g.memory, "memory.limit_in_bytes", "-1")
+	if o, n := old.groupMemory(), n.groupMemory(); o > 0 && (n == 0 || n > o) {
+		g.liftMemory(&w, g.memory)
+	}
+	if o, n := old.commandsMemory(), n.commandsMemory(); o > 0 && (n == 0 || n > o) {
+		g.liftMemory(&w, g.commands)
 	}
 	if old.Pids > 0 && n.Pids < 0 {
 		w.add(g.pids, "pids.max", "max")
@@ -297,6 +297,14 @@ func (g *Group) lift(old, n Limits) error {
 		w.add(g.cpu, "cpu.shares", "1024")
 	}
 	return w.err
+}
+
+// liftMemory removes the v1 memory group dir's limits.
+func (g *Group) liftMemory(w *writes, dir string) {
+	if g.m.memsw {
+		w.add(dir, "memory.memsw.limit_in_bytes", "-1")
+	}
+	w.add(dir, "memory.limit_in_bytes", "-1")
 }
 
 // Close removes the groups kept for reuse, then the parent in every

@@ -148,6 +148,9 @@ type Runtime struct {
 	testZygoteAnswer func(pid int) error
 	testBeforeJoin   func(pid int) error
 
+	emu   sync.Mutex // guards onEnd
+	onEnd func(sandbox.Ended)
+
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*Sandbox
 	closed    bool

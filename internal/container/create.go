@@ -74,6 +74,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	}
 	if err == nil {
 		r.watch(sb)
+		err = sb.openExitWatch()
 	}
 	r.mu.Lock()
 	if err == nil {
@@ -87,6 +88,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	sb.watchAgent()
 	return sb, nil
 }
 
@@ -317,7 +319,7 @@ func (r *Runtime) limits(spec sandbox.Spec) cgroups.Limits {
 	if mem <= 0 {
 		mem = 256 << 20
 	}
-	return cgroups.Limits{CPU: spec.CPU, MemoryBytes: mem, Pids: r.opt.Pids}
+	return cgroups.Limits{CPU: spec.CPU, MemoryBytes: mem, Pids: r.opt.Pids, AgentMemoryBytes: agentMemoryBytes}
 }
 
 // seccomp returns the filter of sandboxes whose commands may hold caps
@@ -486,6 +488,10 @@ func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgr
 	if _, err := client.Hello(ctx); err != nil {
 		client.Close()
 		return fail(fmt.Errorf("%w (console: %s)", setupError(files.syncR, err), consoleTail(dir)))
+	}
+	if err := r.placeCommands(pid, cg); err != nil {
+		client.Close()
+		return fail(err)
 	}
 	return pid, wait, client, nil
 }

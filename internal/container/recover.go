@@ -98,6 +98,7 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 				continue
 			}
 		}
+		sb.watchAgent()
 		out = append(out, sb)
 	}
 	// What no adopted sandbox owns goes: networks (namespaces, veths,
@@ -170,8 +171,14 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		return nil, err
 	}
 	pid := st.Pid
-	return &Sandbox{rt: r, id: st.Spec.ID, dir: dir, state: st, client: client, cg: cg,
-		wait: func() { waitGone(pid) }, releaseRoot: releaseRoot}, nil
+	sb := &Sandbox{rt: r, id: st.Spec.ID, dir: dir, state: st, client: client, cg: cg,
+		wait: func() { waitGone(pid) }, releaseRoot: releaseRoot}
+	if err := sb.openExitWatch(); err != nil {
+		client.Close()
+		releaseRoot()
+		return nil, err
+	}
+	return sb, nil
 }
 
 // scrap removes whatever is left of a sandbox: its processes (through its

@@ -35,6 +35,10 @@ type Sandbox struct {
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client
 	destroyed bool
+	// exit watches the agent (liveness.go); oomBase is the group's own
+	// OOM kill count when the watch began.
+	exit    *sys.ExitWatch
+	oomBase int64
 }
 
 var (
@@ -179,6 +183,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	if c != nil {
 		c.Close()
 	}
+	s.closeExitWatch()
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	s.survivors()
@@ -237,4 +242,5 @@ func (s *Sandbox) detach() {
 	if c != nil {
 		c.Close()
 	}
+	s.closeExitWatch()
 }

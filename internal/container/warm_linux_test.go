@@ -80,9 +80,14 @@ func TestWarmPool(t *testing.T) {
 			t.Errorf("cgroup %s", d)
 		}
 	}
-	mem := filepath.Join("/sys/fs/cgroup/memory", nm.CgroupParent, "claimed", "memory.limit_in_bytes")
-	if got := strings.TrimSpace(readFile(t, mem)); got != fmt.Sprint(96<<20) {
-		t.Errorf("memory limit %s, want 96 MiB", got)
+	// Its commands get the memory asked for, its agent a share beside
+	// them (cgroups.CommandsGroup).
+	mem := filepath.Join("/sys/fs/cgroup/memory", nm.CgroupParent, "claimed")
+	if got := strings.TrimSpace(readFile(t, filepath.Join(mem, "commands", "memory.limit_in_bytes"))); got != fmt.Sprint(96<<20) {
+		t.Errorf("commands' memory limit %s, want 96 MiB", got)
+	}
+	if got := strings.TrimSpace(readFile(t, filepath.Join(mem, "memory.limit_in_bytes"))); got != fmt.Sprint(96<<20+agentMemoryBytes) {
+		t.Errorf("memory limit %s, want 96 MiB and the agent's %d", got, agentMemoryBytes)
 	}
 	if procs, err := sb.cg.Procs(); err != nil || len(procs) == 0 || procs[0] != sb.state.Pid {
 		t.Errorf("cgroup processes %v (%v), want the agent %d", procs, err, sb.state.Pid)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/store"
 )
@@ -90,6 +91,31 @@ func (m *Manager) fail(ctx context.Context, id, reason string) {
 	if err != nil {
 		m.log.Warn("marking sandbox failed", "sandbox", id, "err", err)
 	}
+}
+
+// sandboxEnded fails the record of a sandbox its node reports ended by
+// itself (its agent died, its VM panicked or powered off): the node has
+// released it already. A report about a sandbox this control plane does
+// not place on that node, or that is no longer pending or running, is
+// answered and changes nothing.
+func (m *Manager) sandboxEnded(ctx context.Context, r noderpc.EndedReport) error {
+	if rec, _, ok := m.cache.get(r.ID); ok && rec.Node != r.Node {
+		return nil
+	}
+	_, err := m.mutate(ctx, r.ID, func(rec *store.SandboxRecord) (bool, error) {
+		if rec.Node != r.Node || rec.State != api.StatePending && rec.State != api.StateRunning {
+			return false, nil
+		}
+		setState(rec, api.StateFailed, r.Reason)
+		return true, nil
+	})
+	if errors.Is(err, errdefs.NotFound) {
+		return nil
+	}
+	if err == nil {
+		m.log.Warn("sandbox ended by itself", "sandbox", r.ID, "node", r.Node, "reason", r.Reason)
+	}
+	return err
 }
 
 // event publishes a lifecycle event; failures are logged because the

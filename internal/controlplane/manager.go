@@ -151,6 +151,8 @@ type Manager struct {
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
+	// stopEnded stops answering nodes' EndedReports.
+	stopEnded func()
 	// sem bounds background destroys (expiry, retries).
 	sem chan struct{}
 }
@@ -217,6 +219,14 @@ func (m *Manager) Start(ctx context.Context) error {
 		return fmt.Errorf("loading sandbox records: %w", ctx.Err())
 	}
 	m.refreshNodes(ctx)
+	if m.nodes != nil {
+		stop, err := m.nodes.ServeEnded(func(r noderpc.EndedReport) error { return m.sandboxEnded(bg, r) })
+		if err != nil {
+			cancel()
+			return err
+		}
+		m.stopEnded = stop
+	}
 	m.wg.Add(2)
 	go m.nodeLoop(bg)
 	go m.reapLoop(bg)
@@ -225,6 +235,9 @@ func (m *Manager) Start(ctx context.Context) error {
 
 // Stop stops background work. Sandboxes are left as they are.
 func (m *Manager) Stop() {
+	if m.stopEnded != nil {
+		m.stopEnded()
+	}
 	if m.cancel != nil {
 		m.cancel()
 	}

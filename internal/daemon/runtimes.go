@@ -86,11 +86,10 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		}
 	}
 	if !d.cfg.Container.Disabled {
-		var watcher *audit.Recorder
-		if mon != nil {
-			watcher = rec
-		}
-		ct, nets, closeDeps, err := d.containerRuntime(ctx, layers, watcher, mon, vmTiers)
+		// Without the eBPF monitor the recorder watches nothing, and
+		// still records what the node sees itself (a destroy's kills, an
+		// agent that died).
+		ct, nets, closeDeps, err := d.containerRuntime(ctx, layers, rec, mon, vmTiers)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("container tier (set [container] disabled = true to run without it): %w", err)
 		}
@@ -113,7 +112,7 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 	var mv, vm *microvm.Runtime
 	if !d.cfg.MicroVM.Disabled {
 		var closeJail func()
-		if mv, closeJail, err = d.microvmRuntime(ctx, layers, vmm.MicroVM, vmNets[0]); err != nil {
+		if mv, closeJail, err = d.microvmRuntime(ctx, layers, vmm.MicroVM, vmNets[0], rec); err != nil {
 			return nil, nil, nil, fmt.Errorf("microvm tier (set [microvm] disabled = true to run without it): %w", err)
 		}
 		addJail(closeJail)
@@ -121,7 +120,7 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 			return nil, nil, nil, err
 		}
 		if !d.cfg.VM.Disabled {
-			if vm, closeJail, err = d.microvmRuntime(ctx, layers, vmm.Q35, vmNets[1]); err != nil {
+			if vm, closeJail, err = d.microvmRuntime(ctx, layers, vmm.Q35, vmNets[1], rec); err != nil {
 				return nil, nil, nil, fmt.Errorf("vm tier (set [vm] disabled = true to run without it): %w", err)
 			}
 			addJail(closeJail)
@@ -147,10 +146,10 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 // then reports it unavailable (and why), and the scheduler places nothing
 // on it. nets is its view of the container tier's network manager; nil
 // (the container tier disabled) means its VMs have no network, and specs
-// that need one are refused. The function returned closes the tier's
-// jail (removing its cgroup parent if no VM's group is left in it) once
-// the runtime has closed.
-func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, machine vmm.Machine, nets *network.Shared) (*microvm.Runtime, func(), error) {
+// that need one are refused. rec, if not nil, records its audit events.
+// The function returned closes the tier's jail (removing its cgroup
+// parent if no VM's group is left in it) once the runtime has closed.
+func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, machine vmm.Machine, nets *network.Shared, rec *audit.Recorder) (*microvm.Runtime, func(), error) {
 	c := d.cfg.MicroVM
 	tier, timeout, parent := microvm.Tier, c.BootTimeoutS, c.CgroupParent
 	uidBase := c.UIDBase
@@ -180,6 +179,9 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 	}
 	if nets != nil {
 		opt.Network = nets
+	}
+	if rec != nil {
+		opt.Audit = rec
 	}
 	if opt.CacheDir == "" {
 		opt.CacheDir = filepath.Join(d.cfg.DataDir, "cache", "vmkernel")

@@ -82,6 +82,13 @@ const SockName = "agent.sock"
 // its agent listens; anything else written there is its setup error.
 const Ready = "ready"
 
+// ForkThread is the name (comm) of the sandbox agent's thread that sets
+// the sandbox up and then forks every command: never the process's main
+// thread, its thread group leader, so that the node can move it alone
+// into the sandbox's commands memory group (cgroups.CommandsGroup) while
+// the agent's own memory stays charged outside it.
+const ForkThread = "dsec-fork"
+
 // ZygoteRequest asks `dsec-guest zygote` (see Zygote) to start a
 // sandbox's first process: root of its user namespace maps to host ids
 // UID and GID, Count of them.

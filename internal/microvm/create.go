@@ -189,7 +189,8 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	cu.Add(func() { client.Close() })
 	r.log.Debug("microvm ready", "id", spec.ID, "network", tm.Network, "upper", tm.Upper, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
-	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, timing: tm, unjail: unjail}
+	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, timing: tm, unjail: unjail,
+		gone: make(chan struct{})}
 	if err := sb.startPhase(ctx); err != nil {
 		return nil, err
 	}
@@ -203,6 +204,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	}
 	r.sandboxes[spec.ID] = sb
 	cu.Release()
+	sb.watchVM()
 	return sb, nil
 }
 

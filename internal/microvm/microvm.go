@@ -188,6 +188,9 @@ type Options struct {
 	// Upper is the kind of each VM's writable upper layer: UpperDisk (the
 	// default) or UpperTmpfs.
 	Upper string
+	// Audit, if set, records the node's audit events about the VMs (a VM
+	// that ended by itself: liveness.go).
+	Audit recorder
 }
 
 // Runtime is the microvm tier on one node. It is safe for concurrent use.
@@ -202,6 +205,9 @@ type Runtime struct {
 	kernel  vmkernel.Kernel
 	initrd  string
 	bootErr error
+
+	emu   sync.Mutex // guards onEnd
+	onEnd func(sandbox.Ended)
 
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*Sandbox

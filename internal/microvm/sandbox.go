@@ -42,6 +42,11 @@ type Sandbox struct {
 	phaseMu sync.RWMutex
 	phase   *api.Phase // the current phase (nil without phases)
 
+	// gone is closed when the sandbox is destroyed or detached: its
+	// watch (liveness.go) ends.
+	gone     chan struct{}
+	goneOnce sync.Once
+
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client
 	release   func() // the layers' references
@@ -197,6 +202,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	c, release, unjail := s.client, s.release, s.unjail
 	s.client, s.release, s.unjail = nil, nil, nil
 	s.mu.Unlock()
+	s.goneOnce.Do(func() { close(s.gone) })
 	if c != nil {
 		c.Close()
 	}
@@ -225,6 +231,7 @@ func (s *Sandbox) detach() {
 	c := s.client
 	s.client, s.destroyed = nil, true
 	s.mu.Unlock()
+	s.goneOnce.Do(func() { close(s.gone) })
 	if c != nil {
 		c.Close()
 	}

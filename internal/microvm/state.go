@@ -93,6 +93,7 @@ func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 			}
 			continue
 		}
+		sb.watchVM()
 		out = append(out, sb)
 	}
 	live := map[string]bool{}
@@ -152,7 +153,8 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		release()
 		return nil, errdefs.Wrap(errdefs.Unavailable, "agent_unreachable", err, "reconnecting to the agent of %s", st.Spec.ID)
 	}
-	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, unjail: r.rejail(st), phase: st.Phase}
+	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, unjail: r.rejail(st), phase: st.Phase,
+		gone: make(chan struct{})}
 	r.mu.Lock()
 	r.sandboxes[sb.id] = sb
 	if u := st.VM.User; u != nil && r.opt.Jail != nil {

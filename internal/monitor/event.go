@@ -29,6 +29,12 @@ const (
 	// the earlier phase still running at a phase change, killed by it
 	// (Pid, UID, Comm, Path: its executable).
 	KindPhaseKill = "phase-kill"
+	// KindSandboxEnded is reported by the node: the sandbox ended by
+	// itself (sandbox.Ended: its agent died, its VM's guest panicked or
+	// powered off, its VMM exited). Pid, Comm and Path name the process
+	// that ended (the agent, QEMU), Ret is its wait status (-1: unknown)
+	// and Detail the sandbox's failure reason.
+	KindSandboxEnded = "sandbox-ended"
 )
 
 // Event is one thing a watched task did.
@@ -59,6 +65,9 @@ type Event struct {
 	Argv []string
 	// Addr is connect's destination.
 	Addr netip.AddrPort
+	// Detail says, in words, what the node saw (events it reports
+	// itself).
+	Detail string
 }
 
 // Denied reports whether the call was refused by a security check:
@@ -76,5 +85,8 @@ func (e Event) Denied() bool {
 	return e.Kind == KindSyscall && (e.Ret == -1 || e.Ret == -13 || e.Ret == -30)
 }
 
-// Failed reports whether the call returned any other error.
-func (e Event) Failed() bool { return e.Kind == KindSyscall && e.Ret < 0 && !e.Denied() }
+// Failed reports whether the call returned any other error, or the
+// sandbox failed (KindSandboxEnded).
+func (e Event) Failed() bool {
+	return e.Kind == KindSandboxEnded || e.Kind == KindSyscall && e.Ret < 0 && !e.Denied()
+}

@@ -64,6 +64,12 @@ type Agent struct {
 	reads     map[string]*readSession
 	writes    map[string]*writeSession
 
+	// ended: see ended.go. recovering is set while recover runs;
+	// early holds the ends reported meanwhile for sandboxes not yet in
+	// sandboxes; stopped is set once Stop began.
+	recovering, stopped bool
+	early               map[string]bool
+
 	state *stateDir
 
 	gmu   sync.Mutex       // guards following field
@@ -71,8 +77,10 @@ type Agent struct {
 
 	sem    chan struct{}
 	wg     sync.WaitGroup // request handlers and background loops
+	bg     context.Context
 	cancel context.CancelFunc
 	sub    *nats.Subscription
+	nc     *nats.Conn
 }
 
 // entry is a sandbox slot. sb is nil while the sandbox is being created.
@@ -81,6 +89,8 @@ type entry struct {
 	sb   sandbox.Sandbox
 	// release frees the sandbox's image view once it is destroyed.
 	release func()
+	// ended is set if the sandbox ended by itself while being created.
+	ended *sandbox.Ended
 }
 
 // New returns an agent; Start brings it up.
@@ -121,7 +131,10 @@ func (a *Agent) ID() string { return a.opt.ID }
 // Start re-adopts the sandboxes the runtimes recover, then serves requests
 // on nc and heartbeats to hb until Stop.
 func (a *Agent) Start(ctx context.Context, nc *nats.Conn, hb heartbeatSink) error {
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.bg, a.cancel, a.nc = bg, cancel, nc
 	if err := a.recover(ctx); err != nil {
+		cancel()
 		// The state tmpfs recover mounted would outlive the failed start
 		// (Stop is not called): unmount it if it is empty.
 		if a.state != nil {
@@ -131,8 +144,6 @@ func (a *Agent) Start(ctx context.Context, nc *nats.Conn, hb heartbeatSink) erro
 		}
 		return err
 	}
-	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel = cancel
 	sub, err := nc.Subscribe(noderpc.SubjectAll(a.opt.ID), func(m *nats.Msg) { a.dispatch(bg, m) })
 	if err != nil {
 		cancel()
@@ -158,6 +169,7 @@ func (a *Agent) Stop(ctx context.Context, hb heartbeatSink) {
 	if a.sub != nil {
 		_ = a.sub.Unsubscribe()
 	}
+	a.stopEnds()
 	if a.cancel != nil {
 		a.cancel()
 	}
@@ -250,6 +262,12 @@ func (a *Agent) create(ctx context.Context, rt sandbox.Runtime, req noderpc.Crea
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e.release = a.releaser(req.ID, release)
+	if e.ended != nil && a.sandboxes[req.ID] == e {
+		// Ended by itself before we knew it; its runtime released it.
+		delete(a.sandboxes, req.ID)
+		go e.release()
+		return errdefs.New(errdefs.Unavailable, "sandbox_ended", "sandbox %s ended while it was being created: %s", req.ID, e.ended.Reason())
+	}
 	if a.sandboxes[req.ID] != e {
 		// Destroyed while being created: honour the destroy.
 		go func() {

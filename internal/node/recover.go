@@ -13,6 +13,14 @@ import (
 // their sandboxes, then whatever no sandbox claims is released and the
 // layer cache collects it.
 func (a *Agent) recover(ctx context.Context) error {
+	a.mu.Lock()
+	a.recovering, a.early = true, map[string]bool{}
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.recovering, a.early = false, nil
+		a.mu.Unlock()
+	}()
 	held := map[string]func(){}
 	if a.opt.Layers != nil {
 		st, err := openStateDir(a.opt.StateDir)
@@ -35,6 +43,9 @@ func (a *Agent) recover(ctx context.Context) error {
 		}
 	}
 	for _, rt := range a.opt.Registry.All() {
+		a.watchEnds(rt)
+	}
+	for _, rt := range a.opt.Registry.All() {
 		sbs, err := rt.Recover(ctx)
 		if err != nil {
 			return fmt.Errorf("recovering %s sandboxes: %w", rt.Tier(), err)
@@ -45,6 +56,11 @@ func (a *Agent) recover(ctx context.Context) error {
 			delete(held, sb.ID())
 			if release == nil {
 				release = func() {}
+			}
+			if a.early[sb.ID()] {
+				// It ended while being adopted (reported already).
+				defer release()
+				continue
 			}
 			a.sandboxes[sb.ID()] = &entry{tier: rt.Tier(), sb: sb, release: release}
 		}

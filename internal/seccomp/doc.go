@@ -66,6 +66,10 @@
 //	AF_INET6, AF_NETLINK, AF_PACKET                                      kernel with modules loads a family's
 //	socketpair of families but AF_UNIX      any family                   module on first use, no capability
 //	                                                                     needed (CVE-2017-6074's way in)
+//	prlimit64 setting another process's     allowed                      the agent (PID 1) shares sandbox
+//	limits (pid not 0, a new limit given)                                root's uid, so root could set its
+//	                                                                     limits: RLIMIT_NOFILE 3 stopped every
+//	                                                                     command, RLIMIT_CPU 0 killed it
 //
 // Without CAP_SYS_ADMIN, clone with any namespace flag and every unshare
 // fail as in Docker.

@@ -152,7 +152,7 @@ func TestAllowedAndDenied(t *testing.T) {
 
 func TestStricterWhateverTheCaps(t *testing.T) {
 	all := []string{"CAP_SYS_ADMIN", "CAP_BPF", "CAP_PERFMON", "CAP_SYS_MODULE", "CAP_SYS_BOOT", "CAP_DAC_READ_SEARCH",
-		"CAP_SYSLOG", "CAP_SYS_RAWIO", "CAP_SYS_TIME", "CAP_SYS_PTRACE", "CAP_SYS_CHROOT", "CAP_SYS_NICE", "sys_pacct"}
+		"CAP_SYSLOG", "CAP_SYS_RAWIO", "CAP_SYS_TIME", "CAP_SYS_PTRACE", "CAP_SYS_CHROOT", "CAP_SYS_NICE", "CAP_SYS_RESOURCE", "sys_pacct"}
 	f := newFilter(t, Options{Caps: all})
 	var calls []call
 	for name := range stricter {
@@ -173,6 +173,10 @@ func TestStricterWhateverTheCaps(t *testing.T) {
 		call{"unshare", []uint64{newUser}, eperm},
 		call{"unshare", []uint64{newUser | newNet}, eperm},
 		call{"clone3", nil, enosys},
+		// CAP_SYS_RESOURCE would let prlimit reach another uid's
+		// process; the filter refuses setting any other process's.
+		call{"prlimit64", []uint64{1, 7, 0x1000, 0}, eperm},
+		call{"prlimit64", []uint64{0, 7, 0x1000, 0}, allow},
 	)
 	f.check(calls)
 }
@@ -217,6 +221,16 @@ func TestArgumentConditions(t *testing.T) {
 		{"clone", []uint64{newCgroup}, eperm},
 		{"unshare", []uint64{0x200}, eperm},
 		{"clone3", nil, enosys},
+		// Limits: its own (pid 0) set and read, anyone's read, nobody
+		// else's set (the agent's, PID 1, or one of its threads).
+		{"prlimit64", []uint64{0, 7, 0x1000, 0x2000}, allow},
+		{"prlimit64", []uint64{0, 7, 0, 0x2000}, allow},
+		{"prlimit64", []uint64{1, 7, 0, 0x2000}, allow},
+		{"prlimit64", []uint64{1, 7, 0x1000, 0}, eperm},
+		{"prlimit64", []uint64{1, 0, 0x1000, 0x2000}, eperm},
+		{"prlimit64", []uint64{42, 7, 0x1000, 0}, eperm},
+		{"prlimit64", []uint64{1 << 32, 7, 0x1000, 0}, eperm}, // pid compared as 64 bits
+		{"setrlimit", []uint64{7, 0x1000}, allow},
 	})
 }
 

@@ -200,6 +200,14 @@ func rules(info *arch.Info, goarch string, caps []string) ([]rule, error) {
 			r.sets[i] = append(slices.Clone(r.sets[i]), noNewUser)
 		}
 	}
+	// prlimit64 sets another process's limits only if it shares the
+	// caller's uid: in a sandbox, the agent's (PID 1, sandbox root's uid),
+	// whom RLIMIT_NOFILE 3 stopped from starting commands and RLIMIT_CPU 0
+	// killed. A process may set its own limits (pid 0: setrlimit, ulimit)
+	// and read anyone's (no new limit).
+	if r, ok := byName["prlimit64"]; ok && (r.allow || len(r.sets) > 0) {
+		r.allow, r.sets = false, [][]cond{{{arg: 0, op: opEQ, val: 0}}, {{arg: 2, op: opEQ, val: 0}}}
+	}
 	if _, ok := info.SyscallNames["clone3"]; ok {
 		// Its flags are in memory, out of a filter's reach: ENOSYS makes
 		// glibc fall back to clone, whose flags are checked.

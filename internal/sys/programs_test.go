@@ -62,6 +62,7 @@ var programs = map[string]string{
 var absolutePrograms = map[string]string{
 	"/bin/sh":          "base:dash",
 	"/bin/true":        "base:coreutils",
+	"/bin/sleep":       "base:coreutils",
 	"/usr/bin/python3": "deb:python3-minimal",
 	"/bin/busybox":     "deb:busybox-static",
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"syscall"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -112,3 +113,13 @@ func MountFUSE(dir, subtype string) (*os.File, error) {
 func RunContained(cmd *exec.Cmd) error {
 	return fmt.Errorf("running %s contained: %w", cmd.Path, errdefs.ErrNotSupported)
 }
+
+// ExitWatch notices the end of one process (Linux only).
+type ExitWatch struct{}
+
+func WatchExit(int) (*ExitWatch, error)                     { return nil, errdefs.ErrNotSupported }
+func (*ExitWatch) Wait() error                              { return errdefs.ErrNotSupported }
+func (*ExitWatch) Status() (ws syscall.WaitStatus, ok bool) { return 0, false }
+func (*ExitWatch) Pid() int                                 { return 0 }
+func (*ExitWatch) Close() error                             { return nil }
+func SignalName(s syscall.Signal) string                    { return "" }

@@ -337,6 +337,10 @@ func (vm *VM) QMP() *QMP {
 	return vm.qmp
 }
 
+// User returns the identity QEMU runs as (Config.User), nil for the
+// node's.
+func (vm *VM) User() *User { return vm.cfg.User }
+
 // AgentSocket returns the path of the host end of the agent's port.
 func (vm *VM) AgentSocket() string { return filepath.Join(vm.cfg.RunDir, AgentSocket) }
 

@@ -105,7 +105,9 @@ class AuditEvent:
     ``result`` and ``verdict`` ("allowed", "denied" or "failed"), and the
     ``rule`` it hit with its ``severity`` ("info" when none). A call's
     ``path`` is absolute in the sandbox; ``target`` is a rename's or
-    link's new name."""
+    link's new name. Events the node reports itself carry a ``detail``: a
+    ``sandbox-ended`` event's says how the sandbox ended (its failed
+    record's ``reason``)."""
 
     sandbox: str
     time: datetime | None
@@ -124,6 +126,7 @@ class AuditEvent:
     result: int = 0
     rule: str = ""
     description: str = ""
+    detail: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> AuditEvent:
@@ -145,6 +148,7 @@ class AuditEvent:
             result=int(d.get("result") or 0),
             rule=str(d.get("rule") or ""),
             description=str(d.get("description") or ""),
+            detail=str(d.get("detail") or ""),
         )
 
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import os
+import signal
 import socket
 import threading
 import time
 from typing import Iterator
 
 import pytest
-from conftest import Conn
+from conftest import Conn, DSecServer
 
 from libdsec import (
     AsyncClient,
@@ -471,3 +474,30 @@ def test_container_executables_refusal_says_why(conn: Conn, labels: dict[str, st
         assert sb.get_info().phases[1]["executables"] == ["/bin/**"]
         sb.set_phase("test")
         assert sb.commands.run("echo ran").stdout == "ran\n"
+
+
+def test_container_agent_death_fails_the_sandbox(server: DSecServer, conn: Conn, labels: dict[str, str]) -> None:
+    """A sandbox whose agent dies (killed from the host: from inside it can no
+    longer be) is failed within about a second, says why, refuses commands,
+    and its audit events say how it ended."""
+    sb = Sandbox.create(tier="container", image="busybox", metadata=labels, **conn)
+    try:
+        assert sb.commands.run("echo up").stdout == "up\n"
+        state = server.data_dir / "node" / "container" / "sandboxes" / sb.sandbox_id / "state.json"
+        os.kill(json.loads(state.read_text())["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        while (info := sb.get_info()).state != "failed":
+            assert time.monotonic() - killed < 10, f"still {info.state} 10 s after the agent's kill"
+            time.sleep(0.02)
+        assert info.reason == "agent_exited: killed by SIGKILL", info
+        assert not sb.is_running()
+        with pytest.raises(SandboxNotRunningError):
+            sb.commands.run("true")
+        deadline = time.monotonic() + 10
+        while not (ended := [e for e in sb.events() if e.kind == "sandbox-ended"]):
+            assert time.monotonic() < deadline, "no sandbox-ended event"
+            time.sleep(0.05)
+        assert ended[0].detail == info.reason and ended[0].rule == "sandbox-ended", ended
+        assert not state.parent.exists(), "the failed sandbox's directory is left"
+    finally:
+        sb.kill()

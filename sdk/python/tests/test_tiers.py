@@ -7,6 +7,7 @@ under TCG)."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import httpx
@@ -88,3 +89,26 @@ def test_microvm_phases(conn: Conn, labels: dict[str, str]) -> None:
         assert report["monitored"] is False, report
         assert {"writable", "user", "processes"} <= set(report["guest_enforced"]), report
         assert [p["phase"] for p in report["phases"]] == ["setup", "coding"], report
+
+
+def test_microvm_guest_panic_fails_the_sandbox(server: DSecServer, conn: Conn, labels: dict[str, str]) -> None:
+    """A VM whose guest panics from inside is failed within about a second of
+    QEMU's end, says why, and leaves no QEMU. One boot."""
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("the microvm tier needs QEMU (Debian qemu-system-x86)")
+    sb = Sandbox.create(tier="microvm", metadata=labels, **conn)
+    try:
+        assert sb.commands.run("echo up").stdout == "up\n"
+        try:  # the call ends with the guest: its error is no concern here
+            sb.commands.run("echo c > /proc/sysrq-trigger")
+        except Exception:
+            pass
+        deadline = time.monotonic() + 10
+        while (info := sb.get_info()).state != "failed":
+            assert time.monotonic() < deadline, f"still {info.state} 10 s after the panic"
+            time.sleep(0.05)
+        assert info.reason.startswith("guest_panicked: the guest kernel panicked: Kernel panic"), info
+        assert not sb.is_running()
+        assert not qemu_under(server.data_dir), "QEMU left after the panic"
+    finally:
+        sb.kill()

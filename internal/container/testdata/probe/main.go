@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -72,6 +73,11 @@ func main() {
 		nested(args)
 	case "alloc":
 		alloc(atoi(args[0]))
+	case "hogs":
+		hogs(atoi(args[0]), args[1])
+	case "hold":
+		alloc(atoi(args[0]))
+		time.Sleep(time.Minute)
 	case "files":
 		files(args[0], atoi(args[1]))
 	case "listen-unix":
@@ -413,6 +419,16 @@ func check(name string, a []string) error {
 			n = uint64(atoi(a[0]))
 		}
 		return unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n})
+	// Another process's limits (the agent's, PID 1): prlimit=PID,RESOURCE,N
+	// sets soft and hard limit to N (RESOURCE: nofile, cpu, nproc, as).
+	case "prlimit":
+		res := map[string]int{"nofile": unix.RLIMIT_NOFILE, "cpu": unix.RLIMIT_CPU, "nproc": unix.RLIMIT_NPROC, "as": unix.RLIMIT_AS}[arg(1)]
+		n := uint64(atoi(arg(2)))
+		return unix.Prlimit(target(arg(0)), res, &unix.Rlimit{Cur: n, Max: n}, nil)
+	// Reading another process's limits only (no new limit).
+	case "prlimit-get":
+		var old unix.Rlimit
+		return unix.Prlimit(target(arg(0)), unix.RLIMIT_NOFILE, nil, &old)
 	}
 	fmt.Fprintf(os.Stderr, "probe: unknown check %q\n", name)
 	os.Exit(2)
@@ -809,6 +825,38 @@ func alloc(mib int) {
 		b[i] = 1
 	}
 	fmt.Printf("allocated=%d\n", mib)
+}
+
+// hogs fills memory with many small processes: n copies of this probe,
+// each holding mib MiB, started together; it prints how many were
+// killed (by the OOM killer) within 3 s, and how many lived on.
+func hogs(n int, mib string) {
+	var stopping atomic.Bool
+	var killed atomic.Int32
+	var wg sync.WaitGroup
+	var cmds []*exec.Cmd
+	for range n {
+		c := exec.Command("/proc/self/exe", "hold", mib)
+		if err := c.Start(); err != nil {
+			break
+		}
+		cmds = append(cmds, c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.Wait()
+			if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !stopping.Load() {
+				killed.Add(1)
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second)
+	stopping.Store(true)
+	for _, c := range cmds {
+		_ = c.Process.Kill()
+	}
+	wg.Wait()
+	fmt.Printf("started=%d\nkilled=%d\nlived=%d\n", len(cmds), killed.Load(), int32(len(cmds))-killed.Load())
 }
 
 // files creates up to n empty files in dir, until one fails.
