@@ -78,7 +78,9 @@ func threadForkRole() {
 		}
 		done <- fmt.Sprintf("child %d %v", cmd.Process.Pid, err)
 	}()
+	// bounded: a helper process, which the test that started it kills
 	fmt.Println(<-tids)
+	// bounded: as above
 	fmt.Println(<-done)
 	fmt.Println("ok")
 	runtime.KeepAlive(b)

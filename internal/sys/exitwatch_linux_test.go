@@ -76,6 +76,7 @@ func TestExitWatchClose(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// bounded: sleep ends at SIGKILL
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	w, err := WatchExit(cmd.Process.Pid)
 	if err != nil {
@@ -96,6 +97,7 @@ func TestExitWatchClose(t *testing.T) {
 		t.Fatal("Wait did not return within 10 s of Close")
 	}
 	_ = cmd.Process.Kill()
+	// bounded: sleep ends at SIGKILL
 	_ = cmd.Wait()
 	if _, err := WatchExit(cmd.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("WatchExit of a reaped process: %v, want fs.ErrNotExist", err)
