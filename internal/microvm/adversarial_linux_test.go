@@ -71,12 +71,23 @@ func TestAdversarial(t *testing.T) {
 	}
 
 	t.Run("PTY", func(t *testing.T) {
-		p, err := msb.StartPTY(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: sh(`tty; stty size; read x; stty size`)}}, 24, 80)
+		p, err := msb.StartPTY(ctx, sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: sh(`tty; stty size; touch /tmp/pty-sized; read x; stty size`)}}, 24, 80)
 		if err != nil {
 			t.Fatalf("StartPTY: %v", err)
 		}
-		// Control: the size before the resize is the one started with.
-		time.Sleep(300 * time.Millisecond)
+		// Control: the size before the resize is the one started with
+		// (the resize waits until the guest has read it: a fixed pause
+		// was too short for TCG on a loaded host).
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if _, err := msb.Files().Stat(ctx, "/tmp/pty-sized"); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the PTY's command did not read its size within a minute")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		if err := p.(agentproto.Process).Resize(ctx, 40, 100); err != nil {
 			t.Fatalf("Resize: %v", err)
 		}
