@@ -31,10 +31,12 @@ type Limits struct {
 // DefaultLimits are the WebAssembly JavaScript API's implementation limits
 // (what every browser accepts) where those are small enough to be
 // harmless, and tighter where a count costs host memory per instance or
-// per compiled module: globals (about 90 bytes each per instance), types,
-// tables and the sum of all locals (the JavaScript API bounds locals per
-// function only). Toolchains stay far below: a Go tool declares 16 types,
-// 8 globals, one table of 2,500 entries and some 25,000 locals in all.
+// per compiled module: globals (about 90 bytes each per instance), types
+// (some 200 bytes each compiled), tables, element entries (some 60 bytes
+// each while compiling; at most one per function) and the sum of all
+// locals (the JavaScript API bounds locals per function only). Toolchains
+// stay far below: a Go tool declares 16 types, 8 globals and one table of
+// 6,604 entries, 2,508 of them from element segments.
 var DefaultLimits = Limits{
 	Types:          1 << 16,
 	Functions:      1_000_000,
@@ -44,7 +46,7 @@ var DefaultLimits = Limits{
 	DataSegments:   100_000,
 	Tables:         1_000,
 	TableEntries:   10_000_000,
-	ElemEntries:    10_000_000,
+	ElemEntries:    1_000_000,
 	Params:         1_000,
 	Results:        1_000,
 	FunctionLocals: 50_000,

@@ -72,6 +72,8 @@ type Info struct {
 	// defined or imported; HasMemory says whether there is one.
 	MemoryPages uint64
 	HasMemory   bool
+	// MaxFrameBytes is the largest frame a function is charged.
+	MaxFrameBytes uint64
 }
 
 type funcType struct{ params, results uint32 }

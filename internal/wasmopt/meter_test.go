@@ -87,6 +87,7 @@ func TestMeterGoModule(t *testing.T) {
 	if info.Tables != 1 || info.TableEntries == 0 || !info.HasMemory || info.DataSegments == 0 || info.Globals < 3 {
 		t.Errorf("Info = %+v", info)
 	}
+	t.Logf("Info = %+v", info)
 	r := newRuntime(t)
 	var stdout bytes.Buffer
 	m := instantiateMetered(t, r, b, wazero.NewModuleConfig().WithArgs("echo", "metered").WithStdout(&stdout))
@@ -127,7 +128,15 @@ const recursion = `(module
 func TestMeterStack(t *testing.T) {
 	r := newRuntime(t)
 	m := instantiateMetered(t, r, wat(t, recursion), wazero.NewModuleConfig())
-	frame := FrameBytes(1, 1) // one parameter; it calls itself, of one parameter and result
+	m.room.Set(1 << 20)
+	if _, err := m.call(t, "down", 0); err != nil {
+		t.Fatal(err)
+	}
+	// One parameter, calls of one parameter and result, a few operands.
+	frame := m.stack.Get()
+	if frame < FrameBytes(1, 1) || frame > FrameBytes(1+8, 1) {
+		t.Fatalf("down's frame is charged %d bytes", frame)
+	}
 	m.room.Set(1000 * frame)
 	for _, depth := range []uint64{0, 10, 998} { // the outermost call takes a frame too
 		m.stack.Set(0)
@@ -145,6 +154,31 @@ func TestMeterStack(t *testing.T) {
 	}
 	if got := m.stack.Get(); got != StackOverflow {
 		t.Errorf("after the trap: %s = %d, want StackOverflow", StackGlobal, got)
+	}
+}
+
+// TestMeterOperands: values held on the operand stack across a call are
+// charged like locals.
+func TestMeterOperands(t *testing.T) {
+	src := `(module (global $s (mut i64) (i64.const 0))
+  (func $f (export "f") (result i64) (local $v i64)
+    ` + strings.Repeat("(i64.add (local.get $v) (global.get $s))\n", 1000) + `
+    (call $f)
+    ` + strings.Repeat("i64.add\n", 1000) + `)
+  (func (export "simd") (result v128)
+    ` + strings.Repeat("(i8x16.shuffle 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 (v128.const i64x2 0 0) (v128.const i64x2 0 0))\n", 100) + `
+    ` + strings.Repeat("i8x16.eq\n", 99) + `
+    ` + strings.Repeat("(v128.store (i32.const 0) (v128.load offset=16 (i32.const 0)))\n", 10) + `)
+  (memory 1))`
+	_, info, err := Meter(wat(t, src), DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := FrameBytes(1+1001, 1); info.MaxFrameBytes < want {
+		t.Errorf("a function holding 1,001 operands and a local is charged %d bytes, want at least %d", info.MaxFrameBytes, want)
+	}
+	if info.MaxFrameBytes > FrameBytes(1+1001+8, 1) {
+		t.Errorf("charged %d bytes: more than its operands", info.MaxFrameBytes)
 	}
 }
 
@@ -235,7 +269,7 @@ func TestMeterLimits(t *testing.T) {
 		{"globals", module([]sec{{secGlobal, append(appendU32(nil, 100_001), bytes.Repeat([]byte{0x7f, 1, 0x41, 0, 0x0b}, 100_001)...)}}, nil), "globals"},
 		{"element entries", module([]sec{
 			{secTable, []byte{1, refFunc, 0, 1}},
-			{secElement, append(append([]byte{1, 1, 0}, appendU32(nil, 10_000_001)...), make([]byte, 10_000_001)...)},
+			{secElement, append(append([]byte{1, 1, 0}, appendU32(nil, 1_000_001)...), make([]byte, 1_000_001)...)},
 		}, []fn{{}}), "element segment entries"},
 		{"parameters", module([]sec{{secType, append(append([]byte{1, 0x60}, appendU32(nil, 1001)...), append(bytes.Repeat([]byte{0x7f}, 1001), 0)...)}}, nil), "parameters"},
 	} {

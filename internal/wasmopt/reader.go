@@ -67,6 +67,29 @@ func (r *reader) leb(max int) {
 	r.malformed("bad LEB128")
 }
 
+// s33 reads a signed LEB128 number of at most 33 bits (a block type).
+func (r *reader) s33() int64 {
+	if r.err != nil {
+		return 0
+	}
+	var v int64
+	var shift uint
+	for i := 0; i < 5 && i < len(r.b); i++ {
+		c := r.b[i]
+		v |= int64(c&0x7f) << shift
+		shift += 7
+		if c&0x80 == 0 {
+			if c&0x40 != 0 {
+				v |= -1 << shift
+			}
+			r.b = r.b[i+1:]
+			return v
+		}
+	}
+	r.malformed("bad LEB128")
+	return 0
+}
+
 func (r *reader) bytes(n uint64) []byte {
 	if r.err != nil {
 		return nil
