@@ -175,10 +175,10 @@ func (m *regionMemory) Free() {
 }
 
 func (m *regionMemory) checkout(limit uint64, usage *atomic.Int64, acct *account) bool {
-	m.limit, m.usage, m.acct, m.denied = limit, usage, acct, false
 	if m.len > limit {
-		return false
+		return false // and Free must not take the size off usage
 	}
+	m.limit, m.usage, m.acct, m.denied = limit, usage, acct, false
 	if usage != nil {
 		usage.Add(int64(m.len))
 	}
@@ -230,10 +230,10 @@ func (m *sliceMemory) Free() {
 }
 
 func (m *sliceMemory) checkout(limit uint64, usage *atomic.Int64, acct *account) bool {
-	m.limit, m.usage, m.acct, m.denied = limit, usage, acct, false
 	if uint64(len(m.buf)) > limit {
-		return false
+		return false // and Free must not take the size off usage
 	}
+	m.limit, m.usage, m.acct, m.denied = limit, usage, acct, false
 	if usage != nil {
 		usage.Add(int64(len(m.buf)))
 	}

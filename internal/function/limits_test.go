@@ -18,6 +18,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -458,5 +459,25 @@ func TestFrameEstimate(t *testing.T) {
 				t.Errorf("a frame of %d locals takes about %d bytes; %d are charged", locals, real, est)
 			}
 		})
+	}
+}
+
+// TestRefusedCheckoutKeepsUsage: a memory refused at checkout (larger than
+// the limit) takes nothing off the sandbox's usage when it is freed.
+func TestRefusedCheckoutKeepsUsage(t *testing.T) {
+	p := newMemPool()
+	defer p.close()
+	for name, mem := range map[string]linearMemory{"region": p.allocate(16 * pageSize), "slice": &sliceMemory{max: 16 * pageSize}} {
+		if mem.Reallocate(4*pageSize) == nil { // instantiation: the initial size
+			t.Fatalf("%s: Reallocate refused the initial size", name)
+		}
+		var usage atomic.Int64
+		if mem.checkout(2*pageSize, &usage, nil) {
+			t.Errorf("%s: checkout of 4 pages under a limit of 2 succeeded", name)
+		}
+		mem.Free()
+		if u := usage.Load(); u != 0 {
+			t.Errorf("%s: usage %d after a refused checkout and Free, want 0", name, u)
+		}
 	}
 }
