@@ -34,10 +34,14 @@ const (
 // the working directory (default /workspace), and the image at / with the
 // workspace at /workspace.
 //
-// A trap ends the call with exit code -1 and Error "wasm trap: …"; the
+// A trap ends the call with exit code -1 and Error "wasm trap: …" (a call
+// stack reaching the memory limit: "wasm trap: stack overflow: …"); the
 // timeout with TimedOut and Error "timeout". If ctx ends first, Exec
 // returns an error wrapping ctx.Err(). A missing tool is an error of class
-// NotFound (code tool_not_found).
+// NotFound (code tool_not_found); a module that needs more memory than the
+// sandbox's limit before it runs one of class TooLarge (memory_limit), and
+// one past the tier's limits on modules TooLarge (module_too_large,
+// module_limit).
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecResult, error) {
 	if err := s.enter(); err != nil {
 		return api.ExecResult{}, err
