@@ -39,29 +39,43 @@ const stackReserve = 256 << 10
 // charges its call stack and table growth to the call's memory limit
 // (wasmopt.Meter): the bytes charged for the frames on the stack, and the
 // room left for them and for table growth. The host sets the room when a
-// call binds the instance and takes linear memory growth out of it.
+// call binds the instance and takes linear memory growth out of it. The
+// stack's global is looked up only when needed (a start function ran,
+// memory grows, the call trapped), since every lookup costs the call path
+// an allocation.
 //
 // It is used by the goroutine running the instance.
 type account struct {
-	stack, room api.MutableGlobal
+	mod   api.Module
+	room  api.MutableGlobal
+	stack api.MutableGlobal // nil until first needed
 }
 
-// newAccount finds a metered instance's globals.
+// newAccount finds a metered instance's room.
 func newAccount(mod api.Module) (account, bool) {
-	s, ok1 := mod.ExportedGlobal(wasmopt.StackGlobal).(api.MutableGlobal)
-	r, ok2 := mod.ExportedGlobal(wasmopt.RoomGlobal).(api.MutableGlobal)
-	return account{stack: s, room: r}, ok1 && ok2
+	r, ok := mod.ExportedGlobal(wasmopt.RoomGlobal).(api.MutableGlobal)
+	return account{mod: mod, room: r}, ok
+}
+
+func (a *account) stackGlobal() api.MutableGlobal {
+	if a.stack == nil {
+		a.stack, _ = a.mod.ExportedGlobal(wasmopt.StackGlobal).(api.MutableGlobal)
+	}
+	return a.stack
 }
 
 // taken is what the instance took out of its initial room before the
 // call: table growth in a start function.
-func (a account) taken() uint64 {
+func (a *account) taken() uint64 {
 	return wasmopt.InitialRoom - min(a.room.Get(), wasmopt.InitialRoom)
 }
 
-// start gives a call's room to the instance, whose stack is empty.
-func (a account) start(room uint64) {
-	a.stack.Set(0)
+// start gives a call's room to the instance. ranStart says whether a
+// start function ran, whose frame is still counted on the stack.
+func (a *account) start(room uint64, ranStart bool) {
+	if ranStart {
+		a.stackGlobal().Set(0)
+	}
 	a.room.Set(room)
 }
 
@@ -72,7 +86,7 @@ func (a *account) take(n uint64) bool {
 	if a == nil {
 		return true
 	}
-	room, stack := a.room.Get(), a.stack.Get()
+	room, stack := a.room.Get(), a.stackGlobal().Get()
 	if stack > room || n > room-stack || room-stack-n < stackReserve {
 		return false
 	}
@@ -82,4 +96,4 @@ func (a *account) take(n uint64) bool {
 
 // overflowed reports whether the call trapped on the room at a function's
 // entry.
-func (a account) overflowed() bool { return a.stack.Get() == wasmopt.StackOverflow }
+func (a *account) overflowed() bool { return a.stackGlobal().Get() == wasmopt.StackOverflow }

@@ -188,7 +188,7 @@ func (s *Sandbox) bind(inst *instance, m *module, stdin io.Reader, stdout, stder
 	if need > limit {
 		return s.tooLarge(name, need)
 	}
-	inst.acct.start(limit - need)
+	inst.acct.start(limit-need, m.start)
 	return nil
 }
 

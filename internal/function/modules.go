@@ -40,6 +40,9 @@ type module struct {
 	// prepared is the memory an instance takes before it runs: fixed and
 	// what active data segments write.
 	prepared uint64
+	// start says whether the module has a start function, which runs at
+	// instantiation.
+	start    bool
 	lastUsed atomic.Int64 // unix nanoseconds
 	inflight atomic.Int32 // calls running it
 }
@@ -253,7 +256,7 @@ func (c *moduleCache) compile(d digest, b []byte, name string) (*module, error) 
 	}
 	c.rt.metrics.compilations.Add(1)
 	m := &module{digest: d, compiled: cm, fixed: fixedBytes(info), minMemory: info.MemoryPages * pageSize}
-	m.prepared = m.fixed + info.DataBytes
+	m.prepared, m.start = m.fixed+info.DataBytes, info.Start
 	m.pool = newPool(c.rt, m)
 	return m, nil
 }

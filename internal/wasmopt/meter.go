@@ -74,6 +74,8 @@ type Info struct {
 	HasMemory   bool
 	// MaxFrameBytes is the largest frame a function is charged.
 	MaxFrameBytes uint64
+	// Start says whether the module has a start function.
+	Start bool
 }
 
 type funcType struct{ params, results uint32 }
@@ -137,7 +139,8 @@ func Meter(mod []byte, lim Limits) ([]byte, Info, error) {
 		case secStart:
 			pr := &reader{b: payload}
 			pr.u32()
-			err = pr.err
+			err = pr.end()
+			m.info.Start = true
 		case secElement:
 			err = m.elementSection(payload)
 		case secDataCount:
