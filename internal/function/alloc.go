@@ -121,10 +121,10 @@ func (p *memPool) close() {
 // refiller while instantiating, then the goroutine running the call.
 type linearMemory interface {
 	experimental.LinearMemory
-	// checkout caps growth at limit bytes and reports the memory's size to
-	// usage until Free. It returns false if the memory already exceeds
-	// limit.
-	checkout(limit uint64, usage *atomic.Int64) bool
+	// checkout caps growth at limit bytes, takes growth out of acct's
+	// room, and reports the memory's size to usage until Free. It returns
+	// false if the memory already exceeds limit.
+	checkout(limit uint64, usage *atomic.Int64, acct *account) bool
 	// size is the current size in bytes.
 	size() uint64
 	// refused reports whether a growth past limit was refused since
@@ -144,10 +144,11 @@ type regionMemory struct {
 	started bool
 	denied  bool // a growth past limit was refused
 	usage   *atomic.Int64
+	acct    *account
 }
 
 func (m *regionMemory) Reallocate(size uint64) []byte {
-	if size > uint64(len(m.buf)) || (m.started && size > m.limit && size > m.len) {
+	if size > uint64(len(m.buf)) || (m.started && size > m.len && (size > m.limit || !m.acct.take(size-m.len))) {
 		m.denied = m.started
 		return nil
 	}
@@ -173,11 +174,11 @@ func (m *regionMemory) Free() {
 	m.pool.put(buf, m.dirty)
 }
 
-func (m *regionMemory) checkout(limit uint64, usage *atomic.Int64) bool {
-	m.limit, m.usage, m.denied = limit, usage, false
+func (m *regionMemory) checkout(limit uint64, usage *atomic.Int64, acct *account) bool {
 	if m.len > limit {
-		return false
+		return false // and Free must not take the size off usage
 	}
+	m.limit, m.usage, m.acct, m.denied = limit, usage, acct, false
 	if usage != nil {
 		usage.Add(int64(m.len))
 	}
@@ -197,11 +198,12 @@ type sliceMemory struct {
 	started bool
 	denied  bool // a growth past limit was refused
 	usage   *atomic.Int64
+	acct    *account
 }
 
 func (m *sliceMemory) Reallocate(size uint64) []byte {
 	cur := uint64(len(m.buf))
-	if size > m.max || (m.started && size > m.limit && size > cur) {
+	if size > m.max || (m.started && size > cur && (size > m.limit || !m.acct.take(size-cur))) {
 		m.denied = m.started
 		return nil
 	}
@@ -227,11 +229,11 @@ func (m *sliceMemory) Free() {
 	m.buf = nil
 }
 
-func (m *sliceMemory) checkout(limit uint64, usage *atomic.Int64) bool {
-	m.limit, m.usage, m.denied = limit, usage, false
+func (m *sliceMemory) checkout(limit uint64, usage *atomic.Int64, acct *account) bool {
 	if uint64(len(m.buf)) > limit {
-		return false
+		return false // and Free must not take the size off usage
 	}
+	m.limit, m.usage, m.acct, m.denied = limit, usage, acct, false
 	if usage != nil {
 		usage.Add(int64(len(m.buf)))
 	}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dsec-dev/dsec/api"
@@ -116,4 +117,35 @@ func vmRSS(tb testing.TB) int64 {
 	}
 	tb.Fatal("no VmRSS in /proc/self/status")
 	return 0
+}
+
+// BenchmarkCreateExecDelete creates a sandbox, runs tiny-echo in it and
+// destroys it, in-process (dsec bench's create-exec-delete without the
+// API).
+func BenchmarkCreateExecDelete(b *testing.B) {
+	rt := newRuntime(b, b.TempDir(), Options{})
+	img := testImage(b)
+	ctx := context.Background()
+	req := sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: []string{"tiny-echo"}, Stdin: "ping"}}
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			sb, err := rt.Create(ctx, sandbox.Spec{ID: fmt.Sprintf("cycle-%d", n.Add(1)), Tier: Tier, Image: img, MemoryMB: 256, DiskMB: 16})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			res, err := sb.Exec(ctx, req)
+			if err != nil || res.Stdout != "ping" {
+				b.Errorf("Exec = %+v, %v", res, err)
+			}
+			if err := sb.Destroy(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 }

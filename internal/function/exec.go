@@ -34,10 +34,14 @@ const (
 // the working directory (default /workspace), and the image at / with the
 // workspace at /workspace.
 //
-// A trap ends the call with exit code -1 and Error "wasm trap: …"; the
+// A trap ends the call with exit code -1 and Error "wasm trap: …" (a call
+// stack reaching the memory limit: "wasm trap: stack overflow: …"); the
 // timeout with TimedOut and Error "timeout". If ctx ends first, Exec
 // returns an error wrapping ctx.Err(). A missing tool is an error of class
-// NotFound (code tool_not_found).
+// NotFound (code tool_not_found); a module that needs more memory than the
+// sandbox's limit before it runs one of class TooLarge (memory_limit), and
+// one past the tier's limits on modules TooLarge (module_too_large,
+// module_limit).
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecResult, error) {
 	if err := s.enter(); err != nil {
 		return api.ExecResult{}, err
@@ -75,6 +79,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 		return api.ExecResult{}, err
 	}
 	defer s.rt.mods.done(m)
+	if need := m.fixed + m.minMemory; need > s.memoryLimit() {
+		// Refused before an instance takes the memory.
+		return api.ExecResult{}, s.tooLarge(argv[0], need)
+	}
 	select {
 	case s.rt.slots <- struct{}{}:
 		defer func() { <-s.rt.slots }()
@@ -114,11 +122,12 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	stderr := sandbox.NewCapture(req.MaxOutputBytes, req.Stderr, true)
 	stdin, stopStdin := callStdin(&req, cctx.Done())
 	defer stopStdin()
-	if err := s.bind(inst, stdin, stdout, stderr, cctx.Done(), argv[0]); err != nil {
+	if err := s.bind(inst, m, stdin, stdout, stderr, cctx.Done(), argv[0]); err != nil {
 		return api.ExecResult{}, err
 	}
 	_, err = inst.start.Call(context.WithValue(cctx, callKey{}, newCallArgs(argv, env)))
 	memCapped := inst.mem != nil && inst.mem.refused()
+	overflow := err != nil && inst.acct.overflowed()
 	inst.close() // frees the memory before the result is built
 
 	res := api.ExecResult{DurationMS: max(float64(time.Since(start).Microseconds())/1000, 0.001)}
@@ -131,7 +140,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if phase != nil {
 		res.Phase = phase.Name
 	}
-	if memCapped {
+	if memCapped || overflow {
 		s.recordCall(monitor.KindMemoryLimit, argv[0])
 	}
 	switch {
@@ -147,6 +156,9 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	case err == nil:
 	case errors.As(err, &exit):
 		res.ExitCode = int(exit.ExitCode())
+	case overflow:
+		res.ExitCode = -1
+		res.Error = fmt.Sprintf("wasm trap: stack overflow: the call stack reached the sandbox's memory limit (%d MiB with the memory and tables in use)", s.memoryLimit()>>20)
 	default:
 		res.ExitCode, res.Error = -1, "wasm trap: "+trapMessage(err)
 	}
@@ -154,26 +166,47 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 }
 
 // bind points a checked-out instance at this call: its streams, the
-// sandbox's file systems, the call's end, and the memory limit.
-func (s *Sandbox) bind(inst *instance, stdin io.Reader, stdout, stderr io.Writer, done <-chan struct{}, name string) error {
+// sandbox's file systems, the call's end, and the memory limit, which
+// bounds the instance's linear memory, the memory its tables and other
+// declarations hold, and the room its stack and table growth are charged
+// to, together.
+func (s *Sandbox) bind(inst *instance, m *module, stdin io.Reader, stdout, stderr io.Writer, done <-chan struct{}, name string) error {
 	inst.stdin.r = stdin
 	inst.stdout.w = stdout
 	inst.stderr.w = stderr
 	inst.root.FS = s.img.fs
 	inst.work.FS = s.workFS
 	inst.sleep.done = done
-	if inst.mem == nil {
-		return nil
+	limit := s.memoryLimit()
+	need := m.fixed + inst.acct.taken()
+	if inst.mem != nil {
+		if !inst.mem.checkout(limit, &s.memBytes, &inst.acct) {
+			return s.tooLarge(name, need+inst.mem.size())
+		}
+		need += inst.mem.size()
 	}
-	limit := uint64(s.spec.MemoryMB) << 20
-	if s.spec.MemoryMB <= 0 {
-		limit = maxMemoryPages * pageSize
+	if need > limit {
+		return s.tooLarge(name, need)
 	}
-	if !inst.mem.checkout(limit, &s.memBytes) {
-		return errdefs.New(errdefs.TooLarge, "memory_limit",
-			"%s needs %d MiB of memory to start; the sandbox allows %d MiB", name, inst.mem.size()>>20, limit>>20)
-	}
+	inst.acct.start(limit-need, m.start)
 	return nil
+}
+
+// memoryLimit is what a call may take of the host's memory: its linear
+// memory, the memory its instance holds for tables and other declarations,
+// and its stack.
+func (s *Sandbox) memoryLimit() uint64 {
+	if s.spec.MemoryMB <= 0 {
+		return maxMemoryPages * pageSize
+	}
+	return uint64(s.spec.MemoryMB) << 20
+}
+
+// tooLarge is the error for a module that needs more than the sandbox's
+// memory limit before it runs.
+func (s *Sandbox) tooLarge(name string, need uint64) error {
+	return errdefs.New(errdefs.TooLarge, "memory_limit",
+		"%s needs %d MiB of memory to start; the sandbox allows %d MiB", name, (need+1<<20-1)>>20, s.memoryLimit()>>20)
 }
 
 // stopped returns the error for a call whose caller went away (ctx ended).

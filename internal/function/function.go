@@ -128,6 +128,7 @@ var _ sandbox.Runtime = (*Runtime)(nil)
 
 type metrics struct {
 	calls, hits, misses, instantiations, compilations atomic.Uint64
+	live                                              atomic.Int64
 }
 
 func (m *metrics) count(hit bool) {
@@ -150,6 +151,9 @@ type Metrics struct {
 	Instantiations uint64
 	// Compilations counts modules compiled (or loaded from the disk cache).
 	Compilations uint64
+	// Instances counts module instances alive: ready in pools, or serving
+	// calls.
+	Instances int64
 }
 
 // New returns a runtime over opts.StateDir.
@@ -239,6 +243,7 @@ func (r *Runtime) Metrics() Metrics {
 		PoolMisses:     r.metrics.misses.Load(),
 		Instantiations: r.metrics.instantiations.Load(),
 		Compilations:   r.metrics.compilations.Load(),
+		Instances:      r.metrics.live.Load(),
 	}
 }
 

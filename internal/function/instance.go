@@ -3,6 +3,7 @@ package function
 import (
 	"context"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
@@ -13,12 +14,15 @@ import (
 // function not yet run. Everything a call varies is reached through
 // indirections fixed at instantiation and pointed at the call's values
 // when the instance is checked out (bind): standard streams, the two
-// mounts, the sleep function and the memory limit; args and environment
-// come from the call's context (wasi.go). An instance serves one call.
+// mounts, the sleep function, the memory limit and the room for the stack
+// and tables; args and environment come from the call's context
+// (wasi.go). An instance serves one call.
 type instance struct {
 	mod    api.Module
 	start  api.Function
 	mem    linearMemory // nil if the module has no memory
+	acct   account
+	live   *atomic.Int64 // the runtime's count of live instances
 	stdin  swapReader
 	stdout swapWriter
 	stderr swapWriter
@@ -34,10 +38,16 @@ func newInstance() *instance {
 	return inst
 }
 
-// close releases the instance (and its memory) if the call did not.
+// close releases the instance (and its memory) if the call did not. It
+// may be called more than once.
 func (inst *instance) close() {
-	if inst.mod != nil {
-		_ = inst.mod.Close(context.Background()) // closing an instance does not fail
+	if inst.mod == nil {
+		return
+	}
+	_ = inst.mod.Close(context.Background()) // closing an instance does not fail
+	inst.mod = nil
+	if inst.live != nil {
+		inst.live.Add(-1)
 	}
 }
 

@@ -31,6 +31,18 @@ type module struct {
 	digest   digest
 	compiled wazero.CompiledModule
 	pool     *pool
+	// fixed is the host memory an instance holds for its declarations
+	// (tables, element and data segments, globals, imports), counted
+	// against a call's memory limit with its linear memory; minMemory is
+	// the declared minimum of its linear memory. Both are known before
+	// instantiating.
+	fixed, minMemory uint64
+	// prepared is the memory an instance takes before it runs: fixed and
+	// what active data segments write.
+	prepared uint64
+	// start says whether the module has a start function, which runs at
+	// instantiation.
+	start    bool
 	lastUsed atomic.Int64 // unix nanoseconds
 	inflight atomic.Int32 // calls running it
 }
@@ -95,7 +107,8 @@ func newModuleCache(rt *Runtime) *moduleCache {
 //
 // Errors: fs.ErrNotExist (unwrapped, for the caller to explain) when there
 // is no such file; class Invalid for a file that is not a WASI command;
-// TooLarge past maxModuleSize.
+// TooLarge past maxModuleSize (code module_too_large) or past
+// wasmopt.DefaultLimits (code module_limit).
 func (c *moduleCache) load(root *os.Root, rel, key, name string, trust time.Duration) (*module, error) {
 	now := time.Now().UnixNano()
 	if trust > 0 {
@@ -219,9 +232,20 @@ func (c *moduleCache) done(m *module) { m.inflight.Add(-1) }
 func (c *moduleCache) compile(d digest, b []byte, name string) (*module, error) {
 	opt, err := wasmopt.MergeData(b)
 	if err != nil {
-		opt = b // not well-formed: let wazero say why
+		opt = b // not well-formed: Meter says why
 	}
-	cm, err := c.rt.wz.CompileModule(context.Background(), opt)
+	// Nothing reads a module before Meter has checked its declarations:
+	// wazero's decoder allocates what a module declares (a 45-byte module
+	// with 4e9 locals is 32 GB) and would take the process down.
+	metered, info, err := wasmopt.Meter(opt, wasmopt.DefaultLimits)
+	var le *wasmopt.LimitError
+	switch {
+	case errors.As(err, &le):
+		return nil, errdefs.New(errdefs.TooLarge, "module_limit", "%s is too large to run: %v", name, le)
+	case err != nil:
+		return nil, errdefs.New(errdefs.Invalid, "invalid_module", "%s is not a valid WebAssembly module for this tier: %v", name, err)
+	}
+	cm, err := c.rt.wz.CompileModule(context.Background(), metered)
 	if err != nil {
 		return nil, errdefs.Wrap(errdefs.Invalid, "invalid_module", err, "%s is not a valid WebAssembly module", name)
 	}
@@ -231,7 +255,8 @@ func (c *moduleCache) compile(d digest, b []byte, name string) (*module, error) 
 		return nil, errdefs.New(errdefs.Invalid, "not_a_command", "%s is not a WASI command: it exports no _start function", name)
 	}
 	c.rt.metrics.compilations.Add(1)
-	m := &module{digest: d, compiled: cm}
+	m := &module{digest: d, compiled: cm, fixed: fixedBytes(info), minMemory: info.MemoryPages * pageSize}
+	m.prepared, m.start = m.fixed+info.DataBytes, info.Start
 	m.pool = newPool(c.rt, m)
 	return m, nil
 }

@@ -17,10 +17,18 @@ import (
 // instantiateTimeout bounds an instantiation (a module's start section).
 const instantiateTimeout = 10 * time.Second
 
-// pool keeps up to Options.PoolSize instances of one module ready. A
-// refiller goroutine tops it up after every checkout and releases the
-// ready instances when the pool has gone unused for Options.PoolIdle. It
-// is safe for concurrent use; stop ends the goroutine.
+// maxPooledBytes bounds the memory an instance may take before it runs
+// (its declarations and data segments) for its module to be pooled.
+// Pooled instances are made before a call, and so before its sandbox's
+// memory limit is known; larger ones are made on the call's time, after
+// the limit is checked.
+const maxPooledBytes = 8 << 20
+
+// pool keeps up to Options.PoolSize instances of one module ready (none
+// past maxPooledBytes). A refiller goroutine tops it up after every
+// checkout and releases the ready instances when the pool has gone unused
+// for Options.PoolIdle. It is safe for concurrent use; stop ends the
+// goroutine.
 type pool struct {
 	rt    *Runtime
 	m     *module
@@ -36,15 +44,19 @@ type pool struct {
 }
 
 func newPool(rt *Runtime, m *module) *pool {
+	size := rt.opts.PoolSize
+	if m.prepared > maxPooledBytes {
+		size = 0
+	}
 	p := &pool{
 		rt:    rt,
 		m:     m,
-		ready: make(chan *instance, rt.opts.PoolSize),
+		ready: make(chan *instance, size),
 		kick:  make(chan struct{}, 1),
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-	if rt.opts.PoolSize > 0 {
+	if size > 0 {
 		go p.run()
 	} else {
 		close(p.done)
@@ -164,10 +176,16 @@ func (p *pool) instantiate(ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	p.rt.metrics.instantiations.Add(1)
-	inst.mod = mod
+	p.rt.metrics.live.Add(1)
+	inst.mod, inst.live = mod, &p.rt.metrics.live
 	if inst.start = mod.ExportedFunction("_start"); inst.start == nil {
 		inst.close()
 		return nil, fmt.Errorf("module %x has no _start", p.m.digest[:8])
+	}
+	var ok bool
+	if inst.acct, ok = newAccount(mod); !ok {
+		inst.close()
+		return nil, fmt.Errorf("module %x is not metered", p.m.digest[:8])
 	}
 	return inst, nil
 }

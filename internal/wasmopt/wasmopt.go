@@ -1,7 +1,12 @@
-// Package wasmopt rewrites WebAssembly modules before compilation so that
-// instantiating them is cheaper, without changing what they compute.
+// Package wasmopt rewrites WebAssembly modules before compilation.
 //
-// The one rewrite today merges active data segments. The Go toolchain emits a
+// Meter (meter.go) checks what a module declares against Limits before
+// anything else reads it, and rewrites it to charge its call frames and
+// table growth to a room the host sets; a module past the room traps or
+// fails to grow instead of taking the host's memory.
+//
+// MergeData merges active data segments, so that instantiating is cheaper
+// without changing what the module computes. The Go toolchain emits a
 // data segment for every run of non-zero bytes (tens of thousands per module),
 // and wazero evaluates each segment's offset expression on every
 // instantiation: for a Go tool that was more than half the cost of a call.

@@ -36,10 +36,6 @@ func section(id byte, payload []byte) []byte {
 	return append(appendU32([]byte{id}, uint32(len(payload))), payload...)
 }
 
-func name(b []byte, s string) []byte {
-	return append(appendU32(b, uint32(len(s))), s...)
-}
-
 func (m mod) bytes() []byte {
 	out := append([]byte(nil), header...)
 	if m.importMem {
