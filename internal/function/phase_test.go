@@ -12,6 +12,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/audit"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
 )
 
 // TestPhases: the phase decides which workspace paths modules and the
@@ -199,5 +200,39 @@ func TestPhaseExecutables(t *testing.T) {
 	}
 	if err := sb.SetPhase(ctx, api.Phase{Name: "caps", Capabilities: []string{"CAP_CHOWN"}}); errdefs.CodeOf(err) != "tier_has_no_capabilities" {
 		t.Errorf("a phase with capabilities: %v", err)
+	}
+}
+
+// TestPhaseLinkOutOfReadOnly: a hard link gives a second name to the
+// same file, so a module that could link a file of a read-only path to a
+// writable one could write the read-only file through it. The link is
+// refused unless both names are writable; a link within the writable
+// paths still works (the control).
+func TestPhaseLinkOutOfReadOnly(t *testing.T) {
+	rt, _ := auditedRuntime(t)
+	ctx := context.Background()
+	phases := []api.Phase{{Name: "setup"}, {Name: "coding", Writable: []string{"/workspace/out"}}}
+	sb := create(t, rt, func(s *sandbox.Spec) { s.Phases = phases })
+	for _, p := range []string{"/workspace/tests/test_x", "/workspace/out/mine"} {
+		if _, err := sb.Files().Write(ctx, p, strings.NewReader("pristine"), sandbox.WriteOptions{Parents: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sb.SetPhase(ctx, phases[1]); err != nil {
+		t.Fatal(err)
+	}
+	fs := sb.workFS
+	if e := fs.Link("tests/test_x", "out/x"); e != experimentalsys.EROFS {
+		t.Errorf("linking a read-only file into a writable path: errno %v, want EROFS", e)
+	}
+	if f, e := fs.OpenFile("out/x", experimentalsys.O_WRONLY|experimentalsys.O_TRUNC, 0); e == 0 {
+		_, _ = f.Write([]byte("hacked"))
+		f.Close()
+	}
+	if res := run(t, sb, "", "cat", "/workspace/tests/test_x"); res.Stdout != "pristine" {
+		t.Errorf("the read-only file after a link and a write: %q", res.Stdout)
+	}
+	if e := fs.Link("out/mine", "out/mine2"); e != 0 {
+		t.Errorf("a link within the writable path: errno %v", e)
 	}
 }
