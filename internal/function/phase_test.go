@@ -132,7 +132,7 @@ func TestAudit(t *testing.T) {
 	}
 	run(t, sb, "a", "write", "/workspace/src/a")
 	run(t, sb, "b", "write", "/workspace/b")
-	run(t, sb, "def test(): pass", "write", "/workspace/tests/test_x.py")
+	run(t, sb, "def test(): pass", "write", "/workspace/ro/data.py")
 	run(t, sb, "", "cat", "/workspace/src/a")
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
@@ -149,7 +149,7 @@ func TestAudit(t *testing.T) {
 	if e := got["/workspace/b"]; e.Verdict != "denied" || e.Result != -30 {
 		t.Errorf("a write the phase refuses: %+v", e)
 	}
-	if e := got["/workspace/tests/test_x.py"]; e.Verdict != "allowed" || e.Rule != "test-tampering" || e.Severity != "high" {
+	if e := got["/workspace/ro/data.py"]; e.Verdict != "allowed" || e.Rule != "test-tampering" || e.Severity != "high" {
 		t.Errorf("a test file written: %+v", e)
 	}
 	if len(sink.evs) != 3 {
@@ -209,11 +209,11 @@ func TestPhaseExecutables(t *testing.T) {
 // refused unless both names are writable; a link within the writable
 // paths still works (the control).
 func TestPhaseLinkOutOfReadOnly(t *testing.T) {
-	rt, _ := auditedRuntime(t)
+	rt, sink := auditedRuntime(t)
 	ctx := context.Background()
 	phases := []api.Phase{{Name: "setup"}, {Name: "coding", Writable: []string{"/workspace/out"}}}
 	sb := create(t, rt, func(s *sandbox.Spec) { s.Phases = phases })
-	for _, p := range []string{"/workspace/tests/test_x", "/workspace/out/mine"} {
+	for _, p := range []string{"/workspace/ro/data", "/workspace/out/mine"} {
 		if _, err := sb.Files().Write(ctx, p, strings.NewReader("pristine"), sandbox.WriteOptions{Parents: true}); err != nil {
 			t.Fatal(err)
 		}
@@ -222,14 +222,17 @@ func TestPhaseLinkOutOfReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs := sb.workFS
-	if e := fs.Link("tests/test_x", "out/x"); e != experimentalsys.EROFS {
+	if e := fs.Link("ro/data", "out/x"); e != experimentalsys.EROFS {
 		t.Errorf("linking a read-only file into a writable path: errno %v, want EROFS", e)
+	}
+	if n := sink.count(sb.ID(), "read-only-write"); n != 1 {
+		t.Errorf("%d read-only-write events for the refused link, want 1", n)
 	}
 	if f, e := fs.OpenFile("out/x", experimentalsys.O_WRONLY|experimentalsys.O_TRUNC, 0); e == 0 {
 		_, _ = f.Write([]byte("hacked"))
 		f.Close()
 	}
-	if res := run(t, sb, "", "cat", "/workspace/tests/test_x"); res.Stdout != "pristine" {
+	if res := run(t, sb, "", "cat", "/workspace/ro/data"); res.Stdout != "pristine" {
 		t.Errorf("the read-only file after a link and a write: %q", res.Stdout)
 	}
 	if e := fs.Link("out/mine", "out/mine2"); e != 0 {
