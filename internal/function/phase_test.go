@@ -132,7 +132,7 @@ func TestAudit(t *testing.T) {
 	}
 	run(t, sb, "a", "write", "/workspace/src/a")
 	run(t, sb, "b", "write", "/workspace/b")
-	run(t, sb, "def test(): pass", "write", "/workspace/ro/data.py")
+	run(t, sb, "def test(): pass", "write", "/workspace/tests/test_x.py")
 	run(t, sb, "", "cat", "/workspace/src/a")
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
@@ -149,7 +149,7 @@ func TestAudit(t *testing.T) {
 	if e := got["/workspace/b"]; e.Verdict != "denied" || e.Result != -30 {
 		t.Errorf("a write the phase refuses: %+v", e)
 	}
-	if e := got["/workspace/ro/data.py"]; e.Verdict != "allowed" || e.Rule != "test-tampering" || e.Severity != "high" {
+	if e := got["/workspace/tests/test_x.py"]; e.Verdict != "allowed" || e.Rule != "test-tampering" || e.Severity != "high" {
 		t.Errorf("a test file written: %+v", e)
 	}
 	if len(sink.evs) != 3 {
