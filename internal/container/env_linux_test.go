@@ -32,6 +32,7 @@ var builtinCache = filepath.Join(os.TempDir(), "dsec-test-builtin")
 
 func TestMain(m *testing.M) {
 	testenv.SweepStale(2 * time.Hour)
+	testenv.SweepDeadTests()
 	code := m.Run()
 	world.close()
 	os.Exit(code)

@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	testenv.SweepStale(30 * time.Minute)
+	testenv.SweepDeadTests()
 	os.Exit(m.Run())
 }
 

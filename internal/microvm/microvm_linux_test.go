@@ -53,6 +53,7 @@ type testWorld struct {
 var world testWorld
 
 func TestMain(m *testing.M) {
+	testenv.SweepDeadTests()
 	code := m.Run()
 	if world.cache != nil {
 		world.cache.Close(context.Background())
