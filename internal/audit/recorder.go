@@ -61,7 +61,10 @@ type Recorder struct {
 
 type watch struct {
 	sandbox string
-	phase   func() string
+	// phase names the sandbox's phase at an event's time: the event is
+	// handled later than it happened (the recorder may lag under load),
+	// and a phase change in between must not relabel it.
+	phase func(at time.Time) string
 }
 
 // unwatchGrace is how long a group's events are still attributed after
@@ -85,15 +88,16 @@ func NewRecorder(mon events, rules []Rule, sink Sink, log *slog.Logger) *Recorde
 // Record records an event sandbox id's tier observed itself (the
 // function tier's file system calls), in phase.
 func (r *Recorder) Record(id, phase string, e monitor.Event) {
-	w := &watch{sandbox: id, phase: func() string { return phase }}
+	w := &watch{sandbox: id, phase: func(time.Time) string { return phase }}
 	if err := r.sink.Append(context.Background(), r.event(w, e)); err != nil {
 		r.log.Warn("recording an audit event", "sandbox", id, "err", err)
 	}
 }
 
 // Watch attributes the tasks of cgroup2 group cgroupID to sandbox id;
-// phase names its current phase at the time of each event.
-func (r *Recorder) Watch(id string, cgroupID uint64, phase func() string) error {
+// phase names its phase at an event's time (monitor.Event.Time, the
+// kernel's clock).
+func (r *Recorder) Watch(id string, cgroupID uint64, phase func(at time.Time) string) error {
 	if r.mon == nil {
 		return nil
 	}
@@ -152,7 +156,7 @@ func (r *Recorder) event(w *watch, e monitor.Event) api.AuditEvent {
 		Verdict: "allowed", Severity: "info",
 	}
 	if w.phase != nil {
-		out.Phase = w.phase()
+		out.Phase = w.phase(e.Time)
 	}
 	if e.Addr.IsValid() {
 		out.Addr = e.Addr.String()

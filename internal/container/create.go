@@ -136,7 +136,7 @@ func (r *Runtime) watch(sb *Sandbox) {
 	if r.opt.Monitor == nil || sb.cg.ID() == 0 {
 		return
 	}
-	if err := r.opt.Monitor.Watch(sb.id, sb.cg.ID(), sb.Phase); err != nil {
+	if err := r.opt.Monitor.Watch(sb.id, sb.cg.ID(), sb.phaseAt); err != nil {
 		r.log.Warn("the monitor cannot watch a sandbox", "sandbox", sb.id, "err", err)
 	}
 }

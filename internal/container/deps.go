@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"os"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/layerspec"
@@ -38,7 +39,7 @@ type networks interface {
 // watcher is the node's eBPF monitor (audit.Recorder): it attributes the
 // tasks of a cgroup2 group to a sandbox.
 type watcher interface {
-	Watch(id string, cgroupID uint64, phase func() string) error
+	Watch(id string, cgroupID uint64, phase func(at time.Time) string) error
 	Unwatch(cgroupID uint64)
 	// Record records an event the node saw itself (a process a phase
 	// change killed).

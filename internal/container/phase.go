@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
@@ -44,6 +45,62 @@ func (s *Sandbox) Phase() string {
 		return p.Name
 	}
 	return ""
+}
+
+// phaseAt names the phase the sandbox was in at t (an audit event's
+// time).
+func (s *Sandbox) phaseAt(t time.Time) string {
+	if name, ok := s.phases.at(t); ok {
+		return name
+	}
+	return s.Phase()
+}
+
+// phaseHistory is when the sandbox's recent phases began: the recorder
+// handles an event after it happened (later still under load), and a
+// phase change in between must not relabel it. Safe for concurrent use.
+type phaseHistory struct {
+	mu      sync.Mutex
+	changes []phaseChange // oldest first
+}
+
+type phaseChange struct {
+	at   time.Time
+	name string
+}
+
+// maxPhaseChanges bounds the history: events are handled within seconds,
+// phases last longer.
+const maxPhaseChanges = 8
+
+// begin records that phase to followed from at on.
+func (h *phaseHistory) begin(from, to string, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.changes) == 0 {
+		h.changes = append(h.changes, phaseChange{name: from}) // since the start
+	}
+	h.changes = append(h.changes, phaseChange{at: at, name: to})
+	if n := len(h.changes) - maxPhaseChanges; n > 0 {
+		h.changes = slices.Delete(h.changes, 0, n)
+	}
+}
+
+// at names the phase at t: false before any change (the current phase
+// then is the only one). An event older than every change kept gets the
+// oldest kept.
+func (h *phaseHistory) at(t time.Time) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.changes) == 0 {
+		return "", false
+	}
+	for i := len(h.changes) - 1; i > 0; i-- {
+		if !t.Before(h.changes[i].at) {
+			return h.changes[i].name, true
+		}
+	}
+	return h.changes[0].name, true
 }
 
 // hasNetwork reports whether the sandbox has a network of the node's
@@ -105,6 +162,9 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 		st.Phase = &p
 		if err = st.write(s.dir); err == nil {
 			s.state = &st
+			// Frozen until the Thaw below: nothing of the sandbox's
+			// happens between the old phase's end and this time.
+			s.phases.begin(old.Name, p.Name, time.Now())
 		}
 	}
 	if terr := s.cg.Thaw(ctx); err == nil {

@@ -31,6 +31,7 @@ type Sandbox struct {
 	// phaseMu orders phase changes (writers) against reads of the
 	// current phase; state is replaced, never changed, under it.
 	phaseMu sync.RWMutex
+	phases  phaseHistory // when each recent phase began (audit labels)
 
 	mu        sync.Mutex // guards following fields
 	client    *agentproto.Client

@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -33,6 +34,7 @@ type Monitor struct {
 	events chan Event
 	done   chan struct{}
 	once   sync.Once
+	boot   time.Time // see bootTime
 
 	xmu     sync.Mutex          // guards following fields
 	allowed map[uint64][]string // each restricted group's paths in exec_allowed
@@ -47,7 +49,7 @@ func Start(log *slog.Logger) (*Monitor, error) {
 	}
 	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
 	_ = rlimit.RemoveMemlock()
-	m := &Monitor{log: log, events: make(chan Event, 4096), done: make(chan struct{})}
+	m := &Monitor{log: log, events: make(chan Event, 4096), done: make(chan struct{}), boot: bootTime()}
 	if err := loadMonitorObjects(&m.objs, nil); err != nil {
 		return nil, notSupported("loading the monitor's programs", err)
 	}
@@ -210,7 +212,7 @@ func (m *Monitor) read() {
 			m.log.Warn("decoding a monitor event", "err", err)
 			continue
 		}
-		m.events <- decode(&raw, time.Now())
+		m.events <- decode(&raw, m.boot.Add(time.Duration(raw.Ts)))
 	}
 }
 
@@ -289,4 +291,17 @@ func sockaddr(b []byte) netip.AddrPort {
 		}
 	}
 	return netip.AddrPort{}
+}
+
+// bootTime is when CLOCK_MONOTONIC (the kernel's event clock) read zero,
+// as a time.Time that carries Go's monotonic reading: event times made
+// from it compare with time.Now() on one clock, immune to wall-clock
+// steps.
+func bootTime() time.Time {
+	var ts unix.Timespec
+	now := time.Now()
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return now // cannot fail on Linux
+	}
+	return now.Add(-time.Duration(ts.Nano()))
 }

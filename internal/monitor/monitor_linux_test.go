@@ -110,7 +110,9 @@ func TestMonitor(t *testing.T) {
 	// Refused as an unprivileged user: setuid to root and a bind mount.
 	script := fmt.Sprintf(`/bin/true; : > %s; exec setpriv --reuid 65534 --regid 65534 --clear-groups /bin/sh -c 'mount --bind /tmp /mnt 2>/dev/null; exec /usr/bin/python3 -c "import socket; socket.socket().connect_ex((\"127.0.0.1\", 9))"'`, file)
 	runIn(t, other, script) // the control: the same, unwatched
+	before := time.Now()
 	runIn(t, watched, script)
+	after := time.Now()
 	evs := collect(m)
 	if len(evs) == 0 {
 		t.Fatal("no events from the watched group")
@@ -120,6 +122,10 @@ func TestMonitor(t *testing.T) {
 	for _, e := range evs {
 		if e.Cgroup != wid {
 			t.Errorf("an event of another group: %+v", e)
+		}
+		// The kernel's time of the call, on the clock of time.Now.
+		if e.Time.Before(before) || e.Time.After(after) {
+			t.Errorf("event %s %s at %v, outside the run (%v to %v)", e.Kind, e.Syscall, e.Time, before, after)
 		}
 		switch {
 		case e.Kind == KindExec && e.Path == "/bin/true" && len(e.Argv) == 1 && e.Argv[0] == "/bin/true":

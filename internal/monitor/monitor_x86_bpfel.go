@@ -16,6 +16,7 @@ import (
 type monitorEvent struct {
 	_      structs.HostLayout
 	Cgroup uint64
+	Ts     uint64
 	Args   [3]uint64
 	Ret    int64
 	Kind   uint32

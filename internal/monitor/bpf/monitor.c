@@ -109,6 +109,7 @@ struct task_struct {
 
 struct event {
 	__u64 cgroup;
+	__u64 ts; // bpf_ktime_get_ns: when it happened, not when user space read it
 	__u64 args[3];
 	__s64 ret;
 	__u32 kind;
@@ -305,6 +306,7 @@ static __always_inline struct event *reserve(__u64 cg, __u32 kind) {
 	}
 	__u64 pt = bpf_get_current_pid_tgid();
 	e->cgroup = cg;
+	e->ts = bpf_ktime_get_ns();
 	e->kind = kind;
 	e->pid = (__u32)pt;
 	e->tgid = pt >> 32;
