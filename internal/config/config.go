@@ -100,6 +100,10 @@ type Node struct {
 	// FunctionPoolSize is the number of pre-instantiated modules kept per
 	// WebAssembly module.
 	FunctionPoolSize int `toml:"function_pool_size"`
+	// FunctionCacheDir keeps compiled WebAssembly modules (default
+	// <data_dir>/cache/wasm). Daemons on one host may share it: entries
+	// are written whole and renamed into place.
+	FunctionCacheDir string `toml:"function_cache_dir"`
 	// MaxStarts is how many creates of a tier the node runs at once
 	// (default per tier: 4 per CPU for containers, 8 per CPU for
 	// functions, 1 per CPU for VMs); StartQueue caps the creates waiting

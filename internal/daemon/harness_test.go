@@ -20,6 +20,12 @@ import (
 // builtinCache is shared by every daemon of a test run.
 var builtinCache = filepath.Join(os.TempDir(), "dsec-test-builtin")
 
+// wasmCache is the compiled-module cache every daemon of a test run
+// shares: compiling the tools under the race detector on a loaded
+// machine takes tens of seconds, which a test would otherwise pay per
+// daemon.
+var wasmCache = filepath.Join(os.TempDir(), "dsec-test-wasm")
+
 // readyWait bounds startUp's wait for the daemon to be ready.
 var readyWait = 2 * time.Minute
 
@@ -54,6 +60,7 @@ func startUp(t testing.TB, dir string, adjust func(*config.Config)) *up {
 	// slow debian-12 has tests of its own.
 	cfg.Images.BuiltinCache = builtinCache
 	cfg.Images.SkipSlow = true
+	cfg.Node.FunctionCacheDir = wasmCache
 	// The container tier is on only in the tests that use it
 	// (withContainers): it keeps a pool of network namespaces.
 	cfg.Container.Disabled = true

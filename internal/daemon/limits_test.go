@@ -116,6 +116,12 @@ func TestShutdownFinishesInFlightRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The in-flight request is the sleep, not the tool's first compile
+	// (tens of seconds on a loaded machine under the race detector, which
+	// may outlast the API's grace).
+	if _, err := u.c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "0"}}); err != nil {
+		t.Fatal(err)
+	}
 	type result struct {
 		res *api.ExecResult
 		err error

@@ -255,6 +255,7 @@ func TestStopWhileWaitingForGuestKernel(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.DataDir, cfg.API.Listen, cfg.NATS.Listen, cfg.Node.ID = dir, "127.0.0.1:0", "none", "test-node"
 	cfg.Images.BuiltinCache, cfg.Images.SkipSlow = builtinCache, true
+	cfg.Node.FunctionCacheDir = wasmCache
 	cfg.Container.Disabled = true
 	on(&cfg)
 	cfg.MicroVM.CacheDir = cache

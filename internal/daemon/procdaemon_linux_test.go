@@ -98,6 +98,7 @@ func containerConfig(t *testing.T, dir string, h containerHost) config.Config {
 	cfg.LogLevel = "warn"
 	cfg.Images.BuiltinCache = builtinCache
 	cfg.Images.SkipSlow = true
+	cfg.Node.FunctionCacheDir = wasmCache
 	cfg.Container = config.Container{
 		Name: h.Net, NetworkRange: h.Range.String(), NetworkPool: h.Pool,
 		CgroupParent: h.CgroupParent, IDBase: h.IDBase,

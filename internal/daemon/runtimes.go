@@ -60,9 +60,12 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 	cu.Add(closeAudit)
 	fopt := function.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "function"),
-		CacheDir: filepath.Join(d.cfg.DataDir, "cache", "wasm"),
+		CacheDir: d.cfg.Node.FunctionCacheDir,
 		Logger:   d.log.With("tier", "function"),
 		PoolSize: d.cfg.Node.FunctionPoolSize,
+	}
+	if fopt.CacheDir == "" {
+		fopt.CacheDir = filepath.Join(d.cfg.DataDir, "cache", "wasm")
 	}
 	if rec != nil {
 		fopt.Audit = rec
