@@ -3,6 +3,7 @@ package network
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -83,6 +84,41 @@ func TestAntiSpoofing(t *testing.T) {
 		if slices.Contains(heard, forged) {
 			t.Errorf("a forged packet got through: %q (heard %q)", forged, heard)
 		}
+	}
+}
+
+// TestFirstPacket: a sandbox's first packet, sent the moment its network
+// is handed out, arrives. (The kernel's link watcher turns a new veth's
+// noop qdisc into a working one a while after the carrier comes on; a
+// network handed out before then dropped its first packets.)
+func TestFirstPacket(t *testing.T) {
+	w := newWorld(t)
+	opt := testOptions(t, t.TempDir())
+	opt.PoolSize = 0 // each network built by its Acquire, just before use
+	m := newManager(t, opt)
+	ctx := context.Background()
+	const n = 25
+	for i := range n {
+		id := fmt.Sprintf("p%d", i)
+		ep, err := m.Acquire(ctx, id, Policy{Mode: ModeOpen})
+		must(t, err)
+		must(t, EnterNetns(ep.NetnsPath, func() error {
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(inetPublic, udpPort)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte(id))
+			return err
+		}))
+		must(t, m.Release(ctx, id))
+	}
+	// (A bound for a loaded host: the packets come in milliseconds.)
+	for deadline := time.Now().Add(10 * time.Second); len(w.heard()) < n && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if heard := w.heard(); len(heard) != n {
+		t.Errorf("the internet heard %d of %d first packets: %q", len(heard), n, heard)
 	}
 }
 

@@ -78,6 +78,10 @@ func (m *Manager) setup(s *slot) error {
 		ns.Close()
 		return err
 	}
+	if err := m.waitOperUp(ns, s); err != nil {
+		ns.Close()
+		return err
+	}
 	if err := m.fw.apply([]elem{spoofElem(s.hostIf, s.addr)}, nil); err != nil {
 		ns.Close()
 		return err
@@ -174,6 +178,47 @@ func (m *Manager) setupHost(s *slot) error {
 		return fmt.Errorf("adding route %s: %w", s.addr, err)
 	}
 	return nil
+}
+
+// linkUpWait bounds waitOperUp: the kernel's link watcher runs in a work
+// queue under the rtnl lock, which the teardown of other namespaces may
+// hold for a while.
+const linkUpWait = 10 * time.Second
+
+// waitOperUp returns once both ends of s's veth pair are operationally
+// up. Until the kernel's link watcher has seen the carrier come on, a
+// veth transmits through the noop qdisc, which drops every packet: a
+// sandbox handed out earlier loses its first packets (a TCP SYN costs it
+// a second's retransmit), which was seen as a UDP packet that never
+// arrived.
+func (m *Manager) waitOperUp(ns *os.File, s *slot) error {
+	deadline := time.Now().Add(linkUpWait)
+	up := func(h *netlink.Handle, name string) error {
+		for pause := 100 * time.Microsecond; ; pause = min(2*pause, 10*time.Millisecond) {
+			l, err := h.LinkByName(name)
+			if err != nil {
+				return fmt.Errorf("link %s: %w", name, err)
+			}
+			if l.Attrs().OperState == netlink.OperUp {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("link %s still %s after %v", name, l.Attrs().OperState, linkUpWait)
+			}
+			time.Sleep(pause)
+		}
+	}
+	if err := up(m.nl, s.hostIf); err != nil {
+		return err
+	}
+	return sys.InNetns(ns, func() error {
+		h, err := netlink.NewHandle(sys.NetlinkRoute)
+		if err != nil {
+			return fmt.Errorf("opening rtnetlink in a sandbox namespace: %w", err)
+		}
+		defer h.Close()
+		return up(h, "eth0")
+	})
 }
 
 func hostNet(a netip.Addr) *net.IPNet {
