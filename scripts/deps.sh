@@ -7,10 +7,11 @@
 #                             formats the VM tiers' upper disks; util-linux,
 #                             essential on Debian, has the unshare that runs
 #                             the debian-12 build in namespaces of its own)
-#   scripts/deps.sh test      what `make test` needs on top
-#   scripts/deps.sh bench     what `make bench` needs on top: the test set,
-#                             and crun and runc, the baselines the container
-#                             tier is measured against
+#   scripts/deps.sh test      what `make test` needs on top, crun and runc
+#                             among them: the baselines the container tier
+#                             is measured against (`make test` runs every
+#                             benchmark once)
+#   scripts/deps.sh bench     what `make bench` needs: the test set
 #   scripts/deps.sh generate  what `go generate` needs to rebuild the eBPF
 #                             objects (internal/monitor, internal/guard):
 #                             clang and libbpf's headers. Building and
@@ -18,15 +19,14 @@
 set -euo pipefail
 
 runtime=(ca-certificates erofs-utils busybox-static debootstrap util-linux qemu-system-x86 e2fsprogs)
-test=(python3 python3-minimal python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr iproute2)
-bench=(crun runc)
+test=(python3 python3-minimal python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr iproute2 crun runc)
 generate=(clang libbpf-dev linux-libc-dev)
 
 want=("${runtime[@]}")
 case "${1:-runtime}" in
 runtime) ;;
 test) want+=("${test[@]}") ;;
-bench) want+=("${test[@]}" "${bench[@]}") ;;
+bench) want+=("${test[@]}") ;;
 generate) want=("${generate[@]}") ;;
 *)
 	echo "usage: scripts/deps.sh [runtime|test|bench|generate]" >&2

@@ -7,6 +7,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -97,6 +98,22 @@ func run(ctx context.Context, name string, conc int, warm, d time.Duration, fn o
 		r.FirstError = v
 	}
 	return r
+}
+
+// Check fails a run in which a measurement saw errors or completed
+// nothing: its figures measure a broken system, and a bench that exits 0
+// on them hides the breakage (make bench-smoke relies on it).
+func Check(res []Result) error {
+	var errs []error
+	for _, r := range res {
+		switch {
+		case r.Errors > 0:
+			errs = append(errs, fmt.Errorf("%s at concurrency %d: %d errors (first: %s)", r.Scenario, r.Concurrency, r.Errors, r.FirstError))
+		case r.Ops == 0:
+			errs = append(errs, fmt.Errorf("%s at concurrency %d: no operation completed", r.Scenario, r.Concurrency))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func pct(sorted []time.Duration, p int) float64 {

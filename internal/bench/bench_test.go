@@ -52,3 +52,19 @@ dsec_api_request_seconds_count{code="503",method="POST",route="/v1/sandboxes/{id
 		t.Errorf("parsed %v, want 201: 7 and 429: 3 only", got)
 	}
 }
+
+func TestCheck(t *testing.T) {
+	ok := Result{Scenario: "call-tiny", Concurrency: 2, Ops: 10}
+	if err := Check([]Result{ok}); err != nil {
+		t.Errorf("a clean run: %v", err)
+	}
+	for _, bad := range []Result{
+		{Scenario: "call-go", Concurrency: 2},
+		{Scenario: "create-exec-delete", Concurrency: 8, Ops: 5, Errors: 1, FirstError: "boom"},
+	} {
+		err := Check([]Result{ok, bad})
+		if err == nil || !strings.Contains(err.Error(), bad.Scenario) {
+			t.Errorf("%+v: %v, want an error naming the scenario", bad, err)
+		}
+	}
+}

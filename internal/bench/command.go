@@ -68,6 +68,9 @@ func Command() *cobra.Command {
 			} else {
 				PrintTable(w, res)
 			}
+			if err == nil {
+				err = Check(res)
+			}
 			return err
 		},
 	}

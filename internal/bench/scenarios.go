@@ -64,14 +64,21 @@ func Run(ctx context.Context, c *client.Client, o Options, progress func(Result)
 			if err != nil {
 				return out, err
 			}
+			call := func(ctx context.Context, w int) error {
+				res, err := c.Exec(ctx, sbs[w%len(sbs)], api.ExecRequest{Cmd: []string{tool}, Stdin: "ping"})
+				if err == nil && (res.ExitCode != 0 || res.Stdout != "ping") {
+					err = fmt.Errorf("%s: exit %d stdout %q stderr %q", tool, res.ExitCode, res.Stdout, res.Stderr)
+				}
+				return err
+			}
+			// The first call compiles the tool on a fresh node (seconds
+			// for a Go program): made before the warm-up, however short.
+			if err := call(ctx, 0); err != nil {
+				deleteSandboxes(c, sbs)
+				return out, fmt.Errorf("%s: first call: %w", s, err)
+			}
 			for _, conc := range o.Concurrency {
-				emit(run(ctx, s, conc, o.Warmup, o.Duration, func(ctx context.Context, w int) error {
-					res, err := c.Exec(ctx, sbs[w%len(sbs)], api.ExecRequest{Cmd: []string{tool}, Stdin: "ping"})
-					if err == nil && (res.ExitCode != 0 || res.Stdout != "ping") {
-						err = fmt.Errorf("%s: exit %d stdout %q stderr %q", tool, res.ExitCode, res.Stdout, res.Stderr)
-					}
-					return err
-				}))
+				emit(run(ctx, s, conc, o.Warmup, o.Duration, call))
 			}
 			deleteSandboxes(c, sbs)
 		case Cycle:

@@ -21,8 +21,6 @@ import (
 //
 //	deb:P     Debian package P, installed by scripts/deps.sh (its runtime
 //	          or test list: `make up` and `make test` run it)
-//	bench:P   Debian package P, installed by `scripts/deps.sh bench`
-//	          (`make bench`); tests that need it are benchmarks
 //	base:P    Debian package P, part of every system of this kind
 //	          (Essential, or Priority required: dpkg and apt)
 //	go        the Go toolchain the README requires
@@ -36,7 +34,7 @@ var programs = map[string]string{
 	"apt-get":            "base:apt",
 	"busybox":            "deb:busybox-static",
 	"chroot":             "base:coreutils",
-	"crun":               "bench:crun",
+	"crun":               "deb:crun",
 	"debootstrap":        "deb:debootstrap",
 	"dpkg-deb":           "base:dpkg",
 	"dpkg-query":         "base:dpkg",
@@ -48,7 +46,7 @@ var programs = map[string]string{
 	"mount":              "base:mount",
 	"nsenter":            "base:util-linux",
 	"qemu-system-x86_64": "deb:qemu-system-x86",
-	"runc":               "bench:runc",
+	"runc":               "deb:runc",
 	"sleep":              "base:coreutils",
 	"sh":                 "base:dash",
 	"sync":               "base:coreutils",
@@ -101,11 +99,6 @@ func TestProgramsInstalled(t *testing.T) {
 			if !slices.Contains(lists["runtime"], pkg) && !slices.Contains(lists["test"], pkg) {
 				t.Errorf("%s comes from package %s, which scripts/deps.sh runtime and test do not install", name, pkg)
 			}
-		case "bench":
-			if !slices.Contains(lists["bench"], pkg) {
-				t.Errorf("%s comes from package %s, which scripts/deps.sh bench does not install", name, pkg)
-			}
-			return
 		case "base":
 			if installed {
 				checkBase(t, pkg)
@@ -226,7 +219,7 @@ func depsLists(t *testing.T, path string) map[string][]string {
 	for _, m := range regexp.MustCompile(`(?m)^(\w+)=\(([^)]*)\)`).FindAllStringSubmatch(string(b), -1) {
 		out[m[1]] = strings.Fields(m[2])
 	}
-	for _, l := range []string{"runtime", "test", "bench"} {
+	for _, l := range []string{"runtime", "test"} {
 		if len(out[l]) == 0 {
 			t.Fatalf("scripts/deps.sh has no %s=(…) list", l)
 		}
