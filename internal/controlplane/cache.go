@@ -42,6 +42,14 @@ func (c *cache) apply(rec store.SandboxRecord, rev uint64) {
 	c.accountLocked(rec, +1)
 }
 
+// has reports whether the cache holds id at revision rev or later.
+func (c *cache) has(id string, rev uint64) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.recs[id]
+	return ok && e.rev >= rev
+}
+
 // remove forgets a purged record.
 func (c *cache) remove(id string, rev uint64) {
 	c.mu.Lock()

@@ -197,7 +197,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.cancel = cancel
 	loaded := make(chan struct{})
 	var once sync.Once
-	err := m.st.WatchSandboxes(bg, m.log, func(c *store.SandboxChange) {
+	err := m.st.WatchSandboxes(bg, m.log, m.cache.has, func(c *store.SandboxChange) {
 		if c == nil {
 			once.Do(func() { close(loaded) })
 			return

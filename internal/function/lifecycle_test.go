@@ -220,7 +220,7 @@ func TestCreateErrors(t *testing.T) {
 		t.Errorf("a failed Create left its directory: %v", err)
 	}
 	state, err := os.ReadFile(filepath.Join(sb.dir, "sandbox.json"))
-	if err != nil || !bytes.Contains(state, []byte(`"ID": "`+sb.ID())) {
+	if err != nil || !bytes.Contains(state, []byte(`"ID":"`+sb.ID())) {
 		t.Errorf("sandbox.json = %s, %v", state, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // stateFile is <StateDir>/sandboxes/<id>/sandbox.json. It is written last
@@ -32,7 +33,7 @@ func (s *Sandbox) writeState() error {
 const stateName = "sandbox.json"
 
 func writeState(dir string, st stateFile) error {
-	b, err := json.MarshalIndent(st, "", "  ")
+	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
@@ -42,6 +43,20 @@ func writeState(dir string, st stateFile) error {
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, stateName)); err != nil {
 		os.Remove(tmp)
+		return fmt.Errorf("writing sandbox state: %w", err)
+	}
+	return nil
+}
+
+// createState writes a new sandbox's first state in place, without
+// writeState's rename: a crash that leaves it half-written leaves a
+// sandbox no one was told of, which recovery drops as partial.
+func createState(dir string, st stateFile) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if err := sys.WriteSmallFile(filepath.Join(dir, stateName), b, 0o600, true); err != nil {
 		return fmt.Errorf("writing sandbox state: %w", err)
 	}
 	return nil

@@ -6,6 +6,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -71,6 +72,7 @@ type Agent struct {
 	early               map[string]bool
 
 	state *stateDir
+	refs  imageRefs // see imagerefs.go
 
 	gmu   sync.Mutex       // guards following field
 	gates map[string]*gate // admission of creates, by tier
@@ -200,6 +202,12 @@ func (a *Agent) Stop(ctx context.Context, hb heartbeatSink) {
 // error of class RateLimited or Unavailable means nothing of it is left
 // on the node: the caller may retry.
 func (a *Agent) Create(ctx context.Context, req noderpc.CreateRequest) error {
+	return a.createEncoded(ctx, req, nil)
+}
+
+// createEncoded is Create, given the image reference's encoding if the
+// request brought one (it goes to the state file as it is).
+func (a *Agent) createEncoded(ctx context.Context, req noderpc.CreateRequest, image json.RawMessage) error {
 	rt, err := a.opt.Registry.Lookup(req.Tier)
 	if err != nil {
 		return err
@@ -209,13 +217,13 @@ func (a *Agent) Create(ctx context.Context, req noderpc.CreateRequest) error {
 		return err
 	}
 	defer leave()
-	if err := a.create(ctx, rt, req); err != nil {
+	if err := a.create(ctx, rt, req, image); err != nil {
 		return transient(err)
 	}
 	return nil
 }
 
-func (a *Agent) create(ctx context.Context, rt sandbox.Runtime, req noderpc.CreateRequest) error {
+func (a *Agent) create(ctx context.Context, rt sandbox.Runtime, req noderpc.CreateRequest, image json.RawMessage) error {
 	a.mu.Lock()
 	if _, dup := a.sandboxes[req.ID]; dup {
 		a.mu.Unlock()
@@ -245,7 +253,7 @@ func (a *Agent) create(ctx context.Context, rt sandbox.Runtime, req noderpc.Crea
 	if len(req.Image.Layers) > 0 && !ownRoot {
 		// Remembered before the runtime creates anything, so that after a
 		// crash at any point the next start knows what this sandbox holds.
-		if err := a.state.put(req.ID, sandboxState{Tier: req.Tier, Image: req.Image}); err != nil {
+		if err := a.state.put(req.ID, req.Tier, req.Image, image); err != nil {
 			return err
 		}
 		cu.Add(func() { a.state.remove(req.ID) })

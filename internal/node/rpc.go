@@ -76,7 +76,7 @@ func (a *Agent) handle(ctx context.Context, op string, m *nats.Msg) {
 // simpleOps are the request → one reply operations.
 func (a *Agent) simpleOps() map[string]func(context.Context, []byte) (any, error) {
 	return map[string]func(context.Context, []byte) (any, error){
-		noderpc.OpCreate:     jsonOp(a.Create),
+		noderpc.OpCreate:     a.createOp,
 		noderpc.OpDestroy:    jsonOp(func(ctx context.Context, t noderpc.Target) error { return a.Destroy(ctx, t.ID) }),
 		noderpc.OpList:       func(context.Context, []byte) (any, error) { return noderpc.ListResponse{Sandboxes: a.List()}, nil },
 		noderpc.OpProcStart:  jsonOpR(a.procStart),

@@ -37,16 +37,30 @@ func openStateDir(dir string) (*stateDir, error) {
 
 func (s *stateDir) path(id string) string { return filepath.Join(s.dir, id+".json") }
 
-func (s *stateDir) put(id string, st sandboxState) error {
-	b, err := json.Marshal(st)
+// put records sandbox id's tier and image; image is the reference's
+// encoding if the caller has it (it is then written as it is).
+//
+// Written in place, without a rename: the state is put before the
+// runtime creates anything, so a crash that leaves it half-written (all
+// drops it as unreadable) leaves nothing it should have described.
+func (s *stateDir) put(id, tier string, ref noderpc.ImageRef, image json.RawMessage) error {
+	var b []byte
+	var err error
+	if len(image) > 0 {
+		b, err = json.Marshal(struct {
+			Tier  string          `json:"tier"`
+			Image json.RawMessage `json:"image"`
+		}{tier, image})
+	} else {
+		b, err = json.Marshal(sandboxState{Tier: tier, Image: ref})
+	}
 	if err != nil {
 		return err
 	}
-	tmp := s.path(id) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := sys.WriteSmallFile(s.path(id), b, 0o600, false); err != nil {
 		return fmt.Errorf("writing sandbox state: %w", err)
 	}
-	return os.Rename(tmp, s.path(id))
+	return nil
 }
 
 func (s *stateDir) remove(id string) {

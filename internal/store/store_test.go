@@ -66,7 +66,7 @@ func TestWatchSandboxes(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
 	initialDone := make(chan struct{})
-	err := s.WatchSandboxes(ctx, nil, func(c *SandboxChange) {
+	err := s.WatchSandboxes(ctx, nil, nil, func(c *SandboxChange) {
 		mu.Lock()
 		defer mu.Unlock()
 		if c == nil {
@@ -165,5 +165,43 @@ func TestEventsAreStored(t *testing.T) {
 	si, err := info.Info(ctx)
 	if err != nil || si.State.Msgs != 2 {
 		t.Errorf("stream holds %d messages, want 2 (%v)", si.State.Msgs, err)
+	}
+}
+
+// TestWatchSandboxesSkipsKnown: a change the consumer says it holds is
+// not delivered; the others are.
+func TestWatchSandboxesSkipsKnown(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var seen []string
+	known := func(id string, _ uint64) bool { return id == "mine" }
+	err := s.WatchSandboxes(ctx, nil, known, func(c *SandboxChange) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c != nil {
+			seen = append(seen, c.Record.ID)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "mine", State: api.StateRunning}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "theirs", State: api.StateRunning}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		got := slices.Clone(seen)
+		mu.Unlock()
+		if slices.Equal(got, []string{"theirs"}) {
+			return
+		}
+		if len(got) > 1 || slices.Contains(got, "mine") || time.Now().After(deadline) {
+			t.Fatalf("watch saw %q, want only [theirs]", got)
+		}
 	}
 }

@@ -1,0 +1,49 @@
+package sys
+
+import (
+	"fmt"
+	"syscall"
+)
+
+// WriteSmallFile writes b to a regular file at path in three system
+// calls (open, write, close), failing if the file exists when excl is
+// set and truncating it otherwise. os.WriteFile takes eight: os.OpenFile
+// tries to add every file to the network poller (two fcntl calls, a
+// refused epoll_ctl, two more fcntl calls to undo it), which on a hot
+// path — state files written on every create — counts.
+func WriteSmallFile(path string, b []byte, perm uint32, excl bool) error {
+	flags := syscall.O_WRONLY | syscall.O_CREAT | syscall.O_CLOEXEC
+	if excl {
+		flags |= syscall.O_EXCL
+	} else {
+		flags |= syscall.O_TRUNC
+	}
+	fd, err := openRetry(path, flags, perm)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	for len(b) > 0 {
+		n, err := syscall.Write(fd, b)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			syscall.Close(fd)
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		b = b[n:]
+	}
+	if err := syscall.Close(fd); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
+}
+
+func openRetry(path string, flags int, perm uint32) (int, error) {
+	for {
+		fd, err := syscall.Open(path, flags, perm)
+		if err != syscall.EINTR {
+			return fd, err
+		}
+	}
+}
