@@ -209,6 +209,9 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 	defer m.trackCreate(rec.ID, false)
 	rev, err := m.st.CreateSandbox(ctx, rec)
 	if err != nil {
+		if !errors.Is(err, errdefs.Conflict) {
+			m.refresh(rec.ID)
+		}
 		return api.Sandbox{}, err
 	}
 	m.cache.apply(rec, rev)

@@ -39,6 +39,7 @@ func (m *Manager) mutate(ctx context.Context, id string, fn func(rec *store.Sand
 			continue
 		}
 		if err != nil {
+			m.refresh(id)
 			return rec, err
 		}
 		m.cache.apply(rec, nrev)
@@ -48,6 +49,17 @@ func (m *Manager) mutate(ctx context.Context, id string, fn func(rec *store.Sand
 		return rec, nil
 	}
 	return store.SandboxRecord{}, errdefs.New(errdefs.Unavailable, "contention", "sandbox %s is changing too fast; retry", id)
+}
+
+// refresh re-reads a record after a write that failed without saying
+// whether it was stored (a timeout): the store's watch skips the writes
+// of this manager, so the cache would not learn of it otherwise.
+func (m *Manager) refresh(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if rec, rev, err := m.st.GetSandbox(ctx, id); err == nil {
+		m.cache.apply(rec, rev)
+	}
 }
 
 // transition moves a sandbox from one state to another, failing with

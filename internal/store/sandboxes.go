@@ -1,11 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,13 +43,29 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (SandboxRecord, uint6
 }
 
 // CreateSandbox stores a new record; Conflict if the ID is taken.
+//
+// The caller applies the record to its own view on success: the watch
+// skips it (see WatchSandboxes).
 func (s *Store) CreateSandbox(ctx context.Context, r SandboxRecord) (uint64, error) {
-	return create(ctx, s.sandboxes, r.ID, "sandbox", r)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("encoding sandbox: %w", err)
+	}
+	done := s.own.begin(r.ID, b)
+	defer done()
+	return createRaw(ctx, s.sandboxes, r.ID, "sandbox", b)
 }
 
 // UpdateSandbox replaces the record if it is still at revision rev.
+// As with CreateSandbox, the caller applies it on success.
 func (s *Store) UpdateSandbox(ctx context.Context, r SandboxRecord, rev uint64) (uint64, error) {
-	return update(ctx, s.sandboxes, r.ID, "sandbox", r, rev)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("encoding sandbox: %w", err)
+	}
+	done := s.own.begin(r.ID, b)
+	defer done()
+	return updateRaw(ctx, s.sandboxes, r.ID, "sandbox", b, rev)
 }
 
 // PurgeSandbox removes a record for good.
@@ -74,10 +92,13 @@ type SandboxChange struct {
 // running one): consumers must be level-triggered, as the control
 // plane's cache is (it applies records by revision).
 //
-// known, if not nil, says that the consumer already holds a record at
-// revision rev or later (it wrote it itself): such a change is skipped
-// without being decoded (a writer's own changes are most of them, and
-// decoding them was a twentieth of a create's CPU).
+// The changes this Store's own CreateSandbox and UpdateSandbox calls
+// make are skipped without being decoded, their callers applying them:
+// while the call runs, by its value (the watch may deliver it before the
+// write's acknowledgement), and afterwards through known, which says
+// that the consumer already holds a record at revision rev or later. A
+// writer's own changes are most of them; decoding them was a twentieth of
+// a create's CPU.
 func (s *Store) WatchSandboxes(ctx context.Context, log *slog.Logger, known func(id string, rev uint64) bool, fn func(*SandboxChange)) error {
 	w, err := s.sandboxes.WatchAll(ctx)
 	if err != nil {
@@ -100,7 +121,8 @@ func (s *Store) WatchSandboxes(ctx context.Context, log *slog.Logger, known func
 					continue
 				}
 				ch := &SandboxChange{Revision: e.Revision()}
-				if e.Operation() == jetstream.KeyValuePut && known != nil && known(e.Key(), e.Revision()) {
+				if e.Operation() == jetstream.KeyValuePut && !initial &&
+					(s.own.writing(e.Key(), e.Value()) || known != nil && known(e.Key(), e.Revision())) {
 					continue
 				}
 				if e.Operation() != jetstream.KeyValuePut {
@@ -158,4 +180,36 @@ func (s *Store) FlushEvents(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// ownWrites holds the sandbox records this Store is writing, by key.
+// Safe for concurrent use.
+type ownWrites struct {
+	mu sync.Mutex // guards m
+	m  map[string][]byte
+}
+
+// begin registers value b being written under key; done ends it.
+func (o *ownWrites) begin(key string, b []byte) (done func()) {
+	o.mu.Lock()
+	if o.m == nil {
+		o.m = map[string][]byte{}
+	}
+	o.m[key] = b
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		if cur, ok := o.m[key]; ok && &cur[0] == &b[0] {
+			delete(o.m, key)
+		}
+		o.mu.Unlock()
+	}
+}
+
+// writing reports whether value b is being written under key.
+func (o *ownWrites) writing(key string, b []byte) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	cur, ok := o.m[key]
+	return ok && bytes.Equal(cur, b)
 }

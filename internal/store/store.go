@@ -51,6 +51,8 @@ type Store struct {
 	nodes     jetstream.KeyValue
 	imageKV   jetstream.KeyValue
 	layerKV   jetstream.KeyValue
+
+	own ownWrites // sandbox records being written by this Store's callers
 }
 
 // Open creates the buckets and stream if needed and returns the store.
@@ -197,6 +199,10 @@ func create(ctx context.Context, kv jetstream.KeyValue, key, what string, v any)
 	if err != nil {
 		return 0, fmt.Errorf("encoding %s: %w", what, err)
 	}
+	return createRaw(ctx, kv, key, what, b)
+}
+
+func createRaw(ctx context.Context, kv jetstream.KeyValue, key, what string, b []byte) (uint64, error) {
 	rev, err := kv.Create(ctx, key, b)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, errdefs.New(errdefs.Conflict, what+"_exists", "%s %q already exists", what, key)
@@ -214,6 +220,10 @@ func update(ctx context.Context, kv jetstream.KeyValue, key, what string, v any,
 	if err != nil {
 		return 0, fmt.Errorf("encoding %s: %w", what, err)
 	}
+	return updateRaw(ctx, kv, key, what, b, rev)
+}
+
+func updateRaw(ctx context.Context, kv jetstream.KeyValue, key, what string, b []byte, rev uint64) (uint64, error) {
 	nrev, err := kv.Update(ctx, key, b, rev)
 	if err != nil {
 		var apiErr *jetstream.APIError

@@ -16,12 +16,24 @@ import (
 
 func open(t *testing.T) *Store {
 	t.Helper()
-	nc, _ := testenv.NATS(t)
-	s, err := Open(context.Background(), nc, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := openPair(t)
 	return s
+}
+
+// openPair opens two Stores on one server: a watcher's own writes are
+// skipped by its watch, another's are not.
+func openPair(t *testing.T) (*Store, *Store) {
+	t.Helper()
+	nc, _ := testenv.NATS(t)
+	var out [2]*Store
+	for i := range out {
+		s, err := Open(context.Background(), nc, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = s
+	}
+	return out[0], out[1]
 }
 
 func TestSandboxRecordCAS(t *testing.T) {
@@ -57,7 +69,7 @@ func TestSandboxRecordCAS(t *testing.T) {
 }
 
 func TestWatchSandboxes(t *testing.T) {
-	s := open(t)
+	s, other := openPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "before", State: api.StateRunning}}); err != nil {
@@ -83,9 +95,9 @@ func TestWatchSandboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Recv(t, initialDone, time.Minute, "the watch's initial values")
-	rev, _ := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StatePending}})
-	s.UpdateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StateRunning}}, rev)
-	s.PurgeSandbox(ctx, "before")
+	rev, _ := other.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StatePending}})
+	other.UpdateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "after", State: api.StateRunning}}, rev)
+	other.PurgeSandbox(ctx, "before")
 	// Changes come in revision order and end with each key's latest
 	// state; a state replaced before the watcher read it may be skipped
 	// (the watcher's consumer may restart from the last value per key).
@@ -168,10 +180,11 @@ func TestEventsAreStored(t *testing.T) {
 	}
 }
 
-// TestWatchSandboxesSkipsKnown: a change the consumer says it holds is
-// not delivered; the others are.
+// TestWatchSandboxesSkipsKnown: a change the watcher's Store wrote, or
+// that the consumer says it holds, is not delivered; another writer's
+// are.
 func TestWatchSandboxesSkipsKnown(t *testing.T) {
-	s := open(t)
+	s, other := openPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var mu sync.Mutex
@@ -190,7 +203,7 @@ func TestWatchSandboxesSkipsKnown(t *testing.T) {
 	if _, err := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "mine", State: api.StateRunning}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "theirs", State: api.StateRunning}}); err != nil {
+	if _, err := other.CreateSandbox(ctx, SandboxRecord{Sandbox: api.Sandbox{ID: "theirs", State: api.StateRunning}}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
