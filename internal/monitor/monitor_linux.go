@@ -19,9 +19,9 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // Monitor is the loaded and attached programs. It is safe for concurrent
@@ -298,10 +298,10 @@ func sockaddr(b []byte) netip.AddrPort {
 // from it compare with time.Now() on one clock, immune to wall-clock
 // steps.
 func bootTime() time.Time {
-	var ts unix.Timespec
 	now := time.Now()
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+	up, err := sys.Monotonic()
+	if err != nil {
 		return now // cannot fail on Linux
 	}
-	return now.Add(-time.Duration(ts.Nano()))
+	return now.Add(-up)
 }
