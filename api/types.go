@@ -318,7 +318,10 @@ type ExecRequest struct {
 	// operators are refused).
 	Command string            `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
-	Cwd     string            `json:"cwd,omitempty"`
+	// Cwd is the working directory: absolute, or relative to /workspace,
+	// the default on every tier (where the files API's relative paths
+	// lead too). It must exist.
+	Cwd string `json:"cwd,omitempty"`
 	// Stdin is written to the command's standard input, then closed.
 	Stdin string `json:"stdin,omitempty"`
 	// TimeoutS bounds the command's run time in seconds. Default 60.

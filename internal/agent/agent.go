@@ -19,6 +19,7 @@ import (
 	"net"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -26,7 +27,7 @@ import (
 const (
 	DefaultMaxOutput = 4 << 20
 	DefaultPath      = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	DefaultWorkdir   = "/workspace"
+	DefaultWorkdir   = sandbox.Workdir
 )
 
 // Options configure Run. The zero value of every field but Listener is a
@@ -45,11 +46,15 @@ type Options struct {
 	// the request's own; nil means just DefaultPath. The agent's own
 	// environment never reaches commands.
 	DefaultEnv []string
-	// Workdir is the working directory of commands that name none:
-	// default /workspace if it exists, else /.
+	// Workdir is the working directory of commands that name none, and
+	// the one a relative cwd is taken relative to: default DefaultWorkdir
+	// if it exists (every tier makes it), else / (dsec-guest serve on a
+	// development host).
 	Workdir string
 	// Root is the directory the files API is confined to, shown to the
-	// node as "/": default "/". Tests point it at a temporary directory.
+	// node as "/": default "/". Relative paths resolve against
+	// DefaultWorkdir in it, the node's view of Workdir. Tests point it at
+	// a temporary directory, and Workdir at its workspace.
 	Root string
 	// Subreaper makes the agent a child subreaper that reaps every
 	// orphan, as PID 1 does, and shields it from signals, as PID 1 is.

@@ -39,26 +39,27 @@ func TestConformance(t *testing.T) {
 		},
 		Image: sandbox.Image{ID: "host", Name: "host", Root: "/"},
 		Commands: sandboxtest.Commands{
-			Echo:  func(args ...string) []string { return append([]string{"/bin/echo"}, args...) },
-			Cat:   func() []string { return []string{"cat"} },
-			Env:   func() []string { return []string{"env"} },
-			Exit:  func(code int) []string { return sh("exit " + strconv.Itoa(code)) },
-			Sleep: func(s int) []string { return []string{"sleep", strconv.Itoa(s)} },
-			Flood: func() []string { return []string{"yes"} },
-			ReadFile: func(p string) []string {
-				return sh(`exec cat -- "$DSEC_TEST_ROOT$1"`, p)
-			},
-			WriteFile: func(p string) []string {
-				return sh(`exec cat > "$DSEC_TEST_ROOT$1"`, p)
-			},
-			MkFifo: func(p string) []string {
-				return sh(`exec mkfifo -- "$DSEC_TEST_ROOT$1"`, p)
-			},
+			Echo:      func(args ...string) []string { return append([]string{"/bin/echo"}, args...) },
+			Cat:       func() []string { return []string{"cat"} },
+			Env:       func() []string { return []string{"env"} },
+			Exit:      func(code int) []string { return sh("exit " + strconv.Itoa(code)) },
+			Sleep:     func(s int) []string { return []string{"sleep", strconv.Itoa(s)} },
+			Flood:     func() []string { return []string{"yes"} },
+			ReadFile:  func(p string) []string { return onPath(`exec cat -- "$p"`, p) },
+			WriteFile: func(p string) []string { return onPath(`exec cat > "$p"`, p) },
+			MkFifo:    func(p string) []string { return onPath(`exec mkfifo -- "$p"`, p) },
 			AllocMB: func(mb int) []string {
 				return sh(`ulimit -v $(( (DSEC_TEST_MEM_MB + 32) * 1024 )) && exec dd if=/dev/zero of=/dev/null bs="$1"M count=1 status=none`, strconv.Itoa(mb))
 			},
 		},
 	})
+}
+
+// onPath runs script with $p the sandbox path path as the command sees
+// it: an absolute one under the sandbox's file root, a relative one as it
+// is (the command's cwd is in the root already).
+func onPath(script, path string) []string {
+	return sh(`case "$1" in /*) p="$DSEC_TEST_ROOT$1";; *) p="$1";; esac; `+script, path)
 }
 
 // agents are the agents of all test runtimes, by socket, so that a
@@ -110,7 +111,7 @@ func (rt *testRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.S
 	actx, cancel := context.WithCancel(context.Background())
 	r := &runningAgent{socket: sock, root: root, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		r.done <- agent.Run(actx, agent.Options{Listener: ln, Root: root, DefaultEnv: env, PeerCheck: allowSelf, Version: "test"})
+		r.done <- agent.Run(actx, agent.Options{Listener: ln, Root: root, Workdir: filepath.Join(root, "workspace"), DefaultEnv: env, PeerCheck: allowSelf, Version: "test"})
 	}()
 	agents.Lock()
 	agents.m[sock] = r
@@ -204,7 +205,7 @@ func (sb *testSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.E
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	areq := agentproto.ExecRequestFrom(argv, req)
+	areq := agentproto.ExecRequestFrom(argv, sb.inRoot(req))
 	if req.Stdout == nil && req.Stderr == nil {
 		return sb.c.Exec(ctx, areq, agentproto.Output{})
 	}
@@ -223,6 +224,15 @@ func (sb *testSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.E
 	res.StdoutTruncated = res.StdoutTruncated || t1
 	res.StderrTruncated = res.StderrTruncated || t2
 	return res, nil
+}
+
+// inRoot puts an absolute cwd in the sandbox's file root, where the
+// commands, which see the host's file system, find it.
+func (sb *testSandbox) inRoot(req sandbox.ExecRequest) sandbox.ExecRequest {
+	if filepath.IsAbs(req.Cwd) {
+		req.Cwd = filepath.Join(sb.dir, "root", req.Cwd)
+	}
+	return req
 }
 
 func (sb *testSandbox) Files() sandbox.Files { return (*testFiles)(sb) }
@@ -268,7 +278,7 @@ func (sb *testSandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest
 	if err != nil {
 		return nil, err
 	}
-	p, err := sb.c.Start(ctx, agentproto.ExecRequestFrom(argv, req))
+	p, err := sb.c.Start(ctx, agentproto.ExecRequestFrom(argv, sb.inRoot(req)))
 	if err != nil {
 		return nil, err
 	}

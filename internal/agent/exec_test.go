@@ -236,14 +236,21 @@ func TestStdinNotRead(t *testing.T) {
 }
 
 // TestEnvironment: commands get the defaults under the request's
-// variables, never the agent's own environment.
+// variables, never the agent's own environment, and PWD naming their
+// working directory as the node sees it (in the file root), whatever the
+// request says.
 func TestEnvironment(t *testing.T) {
 	t.Setenv("DSEC_AGENT_SECRET", "do-not-leak")
-	c, _ := newAgent(t, agent.Options{DefaultEnv: []string{agent.DefaultPath, "A=default", "B=default"}})
-	res := run(t, c, agentproto.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"B": "request", "C": "new"}})
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "workspace"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newAgent(t, agent.Options{Root: root, Workdir: filepath.Join(root, "workspace"),
+		DefaultEnv: []string{agent.DefaultPath, "A=default", "B=default"}})
+	res := run(t, c, agentproto.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"B": "request", "C": "new", "PWD": "/elsewhere"}})
 	got := lines(res.Stdout)
 	slices.Sort(got)
-	want := []string{"A=default", agent.DefaultPath, "B=request", "C=new"}
+	want := []string{"A=default", agent.DefaultPath, "B=request", "C=new", "PWD=/workspace"}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("env = %q, want %q", got, want)

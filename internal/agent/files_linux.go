@@ -33,7 +33,9 @@ const maxListDepth = 32
 // fileRoot is the root the node sees.
 const fileRoot = "/"
 
-// resolve cleans a node path and returns it and its path in the root.
+// resolve cleans a node path (a relative one is relative to
+// sandbox.Workdir, where commands start) and returns it and its path in
+// the root.
 func resolve(p string) (abs, rel string, err error) {
 	abs, err = sandbox.CleanPath(fileRoot, p)
 	if err != nil {

@@ -122,11 +122,11 @@ func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio,
 	if len(args.Argv) == 0 || args.Argv[0] == "" {
 		return nil, stdio{}, errdefs.New(errdefs.Invalid, "invalid_command", "no command given")
 	}
-	env, err := a.env(args.Env, args.PTY != nil)
+	dir, err := a.cwd(args.Cwd)
 	if err != nil {
 		return nil, stdio{}, err
 	}
-	dir, err := a.cwd(args.Cwd)
+	env, err := a.env(args.Env, dir, args.PTY != nil)
 	if err != nil {
 		return nil, stdio{}, err
 	}
@@ -270,8 +270,10 @@ func startError(name string, err error) error {
 }
 
 // env builds a command's environment: the defaults with the request's
-// variables over them.
-func (a *agent) env(req map[string]string, tty bool) ([]string, error) {
+// variables over them, and PWD naming dir, the command's working
+// directory, as the node names it (every tier sets PWD so: Go's and the
+// shells' getwd trust it).
+func (a *agent) env(req map[string]string, dir string, tty bool) ([]string, error) {
 	env := slices.Clone(a.opt.DefaultEnv)
 	set := func(k, v string) {
 		for i, kv := range env {
@@ -294,6 +296,7 @@ func (a *agent) env(req map[string]string, tty bool) ([]string, error) {
 		}
 		set(k, v)
 	}
+	set("PWD", a.nodePath(dir))
 	if tty && getenv(env, "TERM") == "" {
 		env = append(env, "TERM=xterm-256color")
 	}
@@ -317,21 +320,30 @@ func (a *agent) cwd(dir string) (string, error) {
 		return a.workdir, nil
 	}
 	if strings.IndexByte(dir, 0) >= 0 {
-		return "", errdefs.New(errdefs.Invalid, "invalid_cwd", "the working directory contains a NUL byte")
+		return "", errdefs.New(errdefs.Invalid, sandbox.CodeInvalidCwd, "the working directory contains a NUL byte")
 	}
 	if !path.IsAbs(dir) {
 		dir = path.Join(a.workdir, dir)
 	}
+	dir = path.Clean(dir)
 	fi, err := os.Stat(dir)
-	switch {
-	case err != nil && errors.Is(err, os.ErrNotExist):
-		return "", errdefs.Wrap(errdefs.NotFound, "cwd_not_found", err, "working directory %s does not exist", dir)
-	case err != nil:
-		return "", errdefs.Wrap(errdefs.Invalid, "invalid_cwd", err, "working directory %s is not usable", dir)
-	case !fi.IsDir():
-		return "", errdefs.New(errdefs.Invalid, "cwd_not_a_directory", "working directory %s is not a directory", dir)
+	if err := sandbox.CwdError(dir, fi, err); err != nil {
+		return "", err
 	}
 	return dir, nil
+}
+
+// nodePath is dir, a directory of the agent's, as the node names it: its
+// path in Options.Root, shown to the node as "/" (the same path where the
+// root is the agent's own "/", as in every tier).
+func (a *agent) nodePath(dir string) string {
+	if a.opt.Root == "/" {
+		return dir
+	}
+	if root := path.Clean(a.opt.Root); sandbox.Within(root, dir) {
+		return path.Join("/", sandbox.RelPath(root, dir))
+	}
+	return dir
 }
 
 // lookPath finds a program the way a shell does, in the PATH of the

@@ -9,8 +9,9 @@ import (
 )
 
 // Files is sandbox.Files served by an agent, for the tiers whose files
-// the in-sandbox agent serves (container, microvm): paths are cleaned
-// against the root here first, so that nothing malformed reaches it.
+// the in-sandbox agent serves (container, microvm, vm): paths are cleaned
+// here first (relative ones made absolute under sandbox.Workdir, where the
+// agent starts commands), so that nothing malformed reaches it.
 type Files struct {
 	// Agent returns the sandbox's connection to its agent.
 	Agent func() (*Client, error)

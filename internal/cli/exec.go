@@ -61,7 +61,7 @@ the API failed. A single CMD that contains a space is run as a command line
 	}
 	fs := cmd.Flags()
 	fs.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
-	fs.StringVar(&cwd, "cwd", "", "working directory in the sandbox")
+	fs.StringVar(&cwd, "cwd", "", "working directory in the sandbox: absolute, or relative to /workspace (the default)")
 	fs.Float64Var(&timeoutS, "timeout", 0, "time limit of the command in seconds (default 60)")
 	fs.BoolVar(&stdin, "stdin", false, "send dsec's standard input to the command")
 	return cmd

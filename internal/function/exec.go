@@ -56,7 +56,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	cwd, err := workingDir(req.Cwd)
+	cwd, err := s.workingDir(req.Cwd)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
@@ -224,17 +224,30 @@ func trapMessage(err error) string {
 	return strings.TrimPrefix(msg, "wasm error: ")
 }
 
-// workingDir resolves a request's working directory; default /workspace,
-// relative paths are taken relative to it.
-func workingDir(cwd string) (string, error) {
-	switch {
-	case cwd == "":
-		return FileRoot, nil
-	case path.IsAbs(cwd):
-		return sandbox.CleanPath("/", cwd)
-	default:
-		return sandbox.CleanPath(FileRoot, cwd)
+// workingDir resolves a request's working directory: default
+// sandbox.Workdir, relative paths taken relative to it, absolute ones
+// anywhere in the guest's tree. A directory the request names must exist
+// (sandbox.CwdError), as on every tier; the default always does.
+func (s *Sandbox) workingDir(cwd string) (string, error) {
+	if cwd == "" {
+		return sandbox.Workdir, nil
 	}
+	dir, err := sandbox.CleanPath("/", cwd)
+	if err != nil {
+		return "", errdefs.Wrap(errdefs.Invalid, sandbox.CodeInvalidCwd, err, "working directory %q is not valid", cwd)
+	}
+	root, rel := s.img.root, strings.TrimPrefix(dir, "/")
+	if sandbox.Within(FileRoot, dir) {
+		root, rel = s.work, sandbox.RelPath(FileRoot, dir)
+	}
+	if rel == "" {
+		rel = "."
+	}
+	fi, err := root.Stat(rel)
+	if err := sandbox.CwdError(dir, fi, err); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // environ is the call's environment: the spec's, overlaid by the

@@ -71,6 +71,9 @@ func TestTools(t *testing.T) {
 func TestEnvAndArgv0(t *testing.T) {
 	rt := newRuntime(t, t.TempDir(), Options{})
 	sb := create(t, rt, func(s *sandbox.Spec) { s.Env = map[string]string{"A": "spec"} })
+	if _, err := sb.Files().Mkdir(context.Background(), "sub", false); err != nil {
+		t.Fatal(err)
+	}
 	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{ExecRequest: api.ExecRequest{
 		Cmd: []string{"env"}, Env: map[string]string{"B": "req"}, Cwd: "sub", TimeoutS: 30,
 	}})

@@ -32,9 +32,10 @@ import (
 // Tier is the tier's name.
 const Tier = api.TierFunction
 
-// FileRoot is the directory the files API is confined to, and the
-// default working directory of commands.
-const FileRoot = "/workspace"
+// FileRoot is the directory the files API is confined to: the
+// sandbox's workspace, mounted at the working directory every tier shares
+// (sandbox.Workdir).
+const FileRoot = sandbox.Workdir
 
 // Options configure a Runtime. Zero values are valid defaults.
 type Options struct {

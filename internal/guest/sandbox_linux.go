@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -90,6 +91,9 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		{"mounting /sys", func() error { return bindSys(root, &mask) }},
 		{"masking /proc", func() error { return maskProc(root, &mask) }},
 		{"writing /etc", func() error { return writeEtc(root, cfg) }},
+		// Commands start there, and the files API resolves relative
+		// paths against it, on every tier.
+		{"making the working directory", func() error { return sandbox.MakeWorkdir(root) }},
 	}
 	for _, s := range steps {
 		if err := s.fn(); err != nil {

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -28,7 +30,9 @@ func TestCleanPath(t *testing.T) {
 		{name: "nul", root: "/workspace", in: "a\x00b", bad: true},
 		{name: "empty", root: "/workspace", in: "", bad: true},
 		{name: "long", root: "/workspace", in: strings.Repeat("a", MaxPathLen+1), bad: true},
-		{name: "whole system root", root: "/", in: "etc/hosts", want: "/etc/hosts"},
+		{name: "whole system relative", root: "/", in: "etc/hosts", want: "/workspace/etc/hosts"},
+		{name: "whole system dot", root: "/", in: ".", want: "/workspace"},
+		{name: "whole system dotdot relative", root: "/", in: "../etc/hosts", bad: true},
 		{name: "whole system abs", root: "/", in: "/etc/hosts", want: "/etc/hosts"},
 	}
 	for _, tt := range tests {
@@ -50,6 +54,21 @@ func TestCleanPath(t *testing.T) {
 	}
 	if got := RelPath("/workspace", "/workspace"); got != "." {
 		t.Errorf("RelPath(root) = %q", got)
+	}
+}
+
+// TestMakeWorkdir: the working directory is made once, and an image's own
+// is left as it is.
+func TestMakeWorkdir(t *testing.T) {
+	root := t.TempDir()
+	for range 2 {
+		if err := MakeWorkdir(root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(root, Workdir))
+	if err != nil || !fi.IsDir() {
+		t.Errorf("Workdir in root: %v, %v; want a directory", fi, err)
 	}
 }
 

@@ -46,7 +46,8 @@ type Capabilities struct {
 	// PTY: interactive terminals.
 	PTY bool `json:"pty"`
 	// FileRoot is the directory the files API is confined to ("/" for a
-	// whole-system tier, "/workspace" for function).
+	// whole-system tier, "/workspace" for function). It holds Workdir,
+	// against which relative paths resolve on every tier.
 	FileRoot string `json:"file_root"`
 	// OwnRoot: the tier builds its sandboxes' roots from Image.Layers
 	// itself; otherwise it reads the image at Image.Root.
@@ -91,7 +92,8 @@ type Spec struct {
 // calls after Destroy return an error of class NotFound.
 type Sandbox interface {
 	ID() string
-	// Exec runs a command to completion. Output is captured up to the
+	// Exec runs a command to completion, in the request's cwd (relative
+	// to Workdir) or else in Workdir. Output is captured up to the
 	// request's cap; if streams are given, output is also written to them as
 	// it is produced (up to the same cap). A command that runs but fails is
 	// not an error: it is a result with a non-zero exit code. Errors are for
@@ -120,7 +122,7 @@ type ExecRequest struct {
 type Stats = api.SandboxStats
 
 // Files is a sandbox's file system. Paths are absolute within the sandbox
-// or relative to the sandbox's file root; see CleanPath.
+// or relative to Workdir, the directory commands start in; see CleanPath.
 type Files interface {
 	// Open opens a regular file for reading.
 	Open(ctx context.Context, path string) (io.ReadCloser, api.FileInfo, error)

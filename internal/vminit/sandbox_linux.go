@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/vmconfig"
 )
 
@@ -199,7 +200,7 @@ func (g *guest) mountUpper(cfg *vmconfig.Config, disks map[string]string) error 
 }
 
 // writeEtc writes the root's /etc/hostname, hosts and resolv.conf (in
-// the upper) and creates /workspace.
+// the upper) and creates the working directory, /workspace.
 func writeEtc(root string, cfg *vmconfig.Config) error {
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
 		return err
@@ -218,10 +219,7 @@ func writeEtc(root string, cfg *vmconfig.Config) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(root, "workspace"), 0o755); err != nil {
-		return err
-	}
-	return nil
+	return sandbox.MakeWorkdir(root)
 }
 
 // mountAPI mounts /proc, /sys, /dev, /dev/pts and /dev/shm in root.

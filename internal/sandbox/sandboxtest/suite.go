@@ -42,9 +42,11 @@ type Commands struct {
 	Sleep func(seconds int) []string
 	// Flood writes to stdout forever.
 	Flood func() []string
-	// ReadFile prints the file at path (a path inside the file root).
+	// ReadFile prints the file at path: absolute, inside the file root,
+	// or relative to the command's working directory.
 	ReadFile func(path string) []string
-	// WriteFile writes stdin to the file at path.
+	// WriteFile writes stdin to the file at path (absolute or relative,
+	// as ReadFile's).
 	WriteFile func(path string) []string
 	// AllocMB allocates and touches mb MiB of memory, then exits 0.
 	AllocMB func(mb int) []string
@@ -80,6 +82,11 @@ func Suite(t *testing.T, f Factory) {
 		{"FilesTraversal", testFilesTraversal},
 		{"FilesErrors", testFilesErrors},
 		{"FilesEdgeCases", testFilesEdgeCases},
+		{"WorkdirWriteThenRun", testWorkdirWriteThenRun},
+		{"WorkdirAbsolute", testWorkdirAbsolute},
+		{"WorkdirCommandCwd", testWorkdirCommandCwd},
+		{"WorkdirList", testWorkdirList},
+		{"WorkdirPWD", testWorkdirPWD},
 		{"Isolation", testIsolation},
 		{"Processes", testProcesses},
 		{"Destroy", testDestroy},
