@@ -209,8 +209,9 @@ func (sb *testSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.E
 	if req.Stdout == nil && req.Stderr == nil {
 		return sb.c.Exec(ctx, areq, agentproto.Output{})
 	}
-	stdout := sandbox.NewCapture(req.MaxOutputBytes, req.Stdout, true)
-	stderr := sandbox.NewCapture(req.MaxOutputBytes, req.Stderr, true)
+	// Streamed output is not kept in the result (sandbox.ExecRequest).
+	stdout := sandbox.NewCapture(req.MaxOutputBytes, req.Stdout, false)
+	stderr := sandbox.NewCapture(req.MaxOutputBytes, req.Stderr, false)
 	res, err := sb.c.Exec(ctx, areq, agentproto.Output{
 		Stdout: func(b []byte) { stdout.Write(b) },
 		Stderr: func(b []byte) { stderr.Write(b) },
@@ -218,9 +219,8 @@ func (sb *testSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.E
 	if err != nil {
 		return res, err
 	}
-	var t1, t2 bool
-	res.Stdout, t1 = stdout.Result()
-	res.Stderr, t2 = stderr.Result()
+	_, t1 := stdout.Result()
+	_, t2 := stderr.Result()
 	res.StdoutTruncated = res.StdoutTruncated || t1
 	res.StderrTruncated = res.StderrTruncated || t2
 	return res, nil

@@ -118,8 +118,11 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	}
 	defer inst.close()
 
-	stdout := sandbox.NewCapture(req.MaxOutputBytes, req.Stdout, true)
-	stderr := sandbox.NewCapture(req.MaxOutputBytes, req.Stderr, true)
+	// Streamed output is the caller's already: it is not kept (as on
+	// every tier; see sandbox.ExecRequest).
+	keep := req.Stdout == nil && req.Stderr == nil
+	stdout := sandbox.NewCapture(req.MaxOutputBytes, req.Stdout, keep)
+	stderr := sandbox.NewCapture(req.MaxOutputBytes, req.Stderr, keep)
 	stdin, stopStdin := callStdin(&req, cctx.Done())
 	defer stopStdin()
 	if err := s.bind(inst, m, stdin, stdout, stderr, cctx.Done(), argv[0]); err != nil {

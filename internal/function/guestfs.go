@@ -2,6 +2,7 @@ package function
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
@@ -26,6 +27,30 @@ type workspaceFS struct {
 
 func newWorkspaceFS(dir string) experimentalsys.FS {
 	return workspaceFS{sysfs.DirFS(dir)}
+}
+
+// Modes of what commands create in the workspace. WASI has no file
+// modes: wazero creates files 0600 and directories 0700. The other tiers'
+// commands run with umask 022 and a program's files come out 0644,
+// directories 0755; these are the same, so that a file means the same to
+// the files API (and to a grading that carries the workspace) whatever
+// the tier made it.
+const (
+	createdFileMode = 0o644
+	createdDirMode  = 0o755
+)
+
+// OpenFile creates files createdFileMode.
+func (w workspaceFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode) (experimentalsys.File, experimentalsys.Errno) {
+	if flag&experimentalsys.O_CREAT != 0 {
+		perm = createdFileMode
+	}
+	return w.FS.OpenFile(p, flag, perm)
+}
+
+// Mkdir creates directories createdDirMode.
+func (w workspaceFS) Mkdir(p string, _ fs.FileMode) experimentalsys.Errno {
+	return w.FS.Mkdir(p, createdDirMode)
 }
 
 // Symlink refuses: a symlink is a way out of the workspace.

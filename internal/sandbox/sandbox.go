@@ -93,9 +93,9 @@ type Spec struct {
 type Sandbox interface {
 	ID() string
 	// Exec runs a command to completion, in the request's cwd (relative
-	// to Workdir) or else in Workdir. Output is captured up to the
-	// request's cap; if streams are given, output is also written to them as
-	// it is produced (up to the same cap). A command that runs but fails is
+	// to Workdir) or else in Workdir. Output is captured in the result up
+	// to the request's cap; if streams are given, it is written to them
+	// instead, as it is produced (up to the same cap). A command that runs but fails is
 	// not an error: it is a result with a non-zero exit code. Errors are for
 	// requests that could not run at all.
 	Exec(ctx context.Context, req ExecRequest) (api.ExecResult, error)
@@ -114,7 +114,9 @@ type ExecRequest struct {
 	api.ExecRequest
 	// Stdin, if set, is read instead of the request's Stdin string.
 	Stdin io.Reader
-	// Stdout and Stderr, if set, receive output as it is produced.
+	// Stdout and Stderr, if set, receive output as it is produced, and
+	// the result's Stdout and Stderr are then empty (the caller has the
+	// output); set both, as a nil one's output is dropped.
 	Stdout, Stderr io.Writer
 }
 

@@ -122,6 +122,10 @@ func testStreams(t *testing.T, f Factory) {
 	if out.String() != "streamed\n" {
 		t.Errorf("stream got %q", out.String())
 	}
+	// The caller has the output: it is not repeated in the result.
+	if res.Stdout != "" || res.Stderr != "" {
+		t.Errorf("streamed output in the result too: %+v", res)
+	}
 }
 
 func testOutputCap(t *testing.T, f Factory) {
@@ -143,8 +147,8 @@ func testTimeout(t *testing.T, f Factory) {
 	sb := newEnv(t, f).newSandbox()
 	start := time.Now()
 	res := run(t, sb, api.ExecRequest{Cmd: f.Commands.Sleep(60), TimeoutS: 0.5})
-	if !res.TimedOut || res.ExitCode != -1 || res.Error == "" {
-		t.Fatalf("sleep past timeout: %+v", res)
+	if !res.TimedOut || res.ExitCode != -1 || res.Error != "timeout" {
+		t.Fatalf("sleep past timeout: %+v, want exit code -1, timed out, error \"timeout\"", res)
 	}
 	if d := time.Since(start); d > 15*time.Second {
 		t.Errorf("timeout took %v to take effect", d)
@@ -152,6 +156,27 @@ func testTimeout(t *testing.T, f Factory) {
 	// The sandbox is still usable.
 	if res := run(t, sb, api.ExecRequest{Cmd: f.Commands.Echo("after")}); res.Stdout != "after\n" {
 		t.Errorf("after timeout: %+v", res)
+	}
+}
+
+// testExecRawOutput: output is the program's bytes, UTF-8 or not, NUL
+// bytes included, on every tier (the API edge then turns what is not
+// UTF-8 into U+FFFD, the same for all).
+func testExecRawOutput(t *testing.T, f Factory) {
+	sb := newEnv(t, f).newSandbox()
+	const raw = "\xff\xfe\x00 not UTF-8 \xc3\n"
+	write(t, sb.Files(), "raw.bin", raw, sandbox.WriteOptions{})
+	res := run(t, sb, api.ExecRequest{Cmd: f.Commands.ReadFile("raw.bin")})
+	if res.ExitCode != 0 || res.Stdout != raw {
+		t.Fatalf("printing raw bytes: %+v; want stdout %q", res, raw)
+	}
+	var out, errb bytes.Buffer
+	res, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		ExecRequest: api.ExecRequest{Cmd: f.Commands.ReadFile("raw.bin"), TimeoutS: 60},
+		Stdout:      &out, Stderr: &errb,
+	})
+	if err != nil || res.ExitCode != 0 || out.String() != raw {
+		t.Errorf("streaming raw bytes: %+v, %v; streamed %q, want %q", res, err, out.String(), raw)
 	}
 }
 

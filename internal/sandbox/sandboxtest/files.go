@@ -133,6 +133,11 @@ func testFilesSeenByCommands(t *testing.T, f Factory) {
 	if res.Stdout != "written by a command\n" {
 		t.Errorf("second call reading the file: %+v", res)
 	}
+	// What a program creates has the same mode on every tier: umask
+	// 022's (WebAssembly has no modes; the function tier gives these).
+	if st, err := sb.Files().Stat(context.Background(), q); err != nil || st.Mode != 0o644 {
+		t.Errorf("a command's new file: %+v, %v; want mode 0644", st, err)
+	}
 }
 
 func testFilesListDepth(t *testing.T, f Factory) {

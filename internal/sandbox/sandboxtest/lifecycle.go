@@ -61,8 +61,8 @@ func testProcesses(t *testing.T, f Factory) {
 		t.Fatalf("Signal: %v", err)
 	}
 	res, err = p2.Wait(wctx)
-	if err != nil || res.ExitCode == 0 {
-		t.Errorf("killed process: %+v, %v", res, err)
+	if err != nil || res.ExitCode != -1 || res.Error != "killed" {
+		t.Errorf("killed process: %+v, %v; want exit code -1, error \"killed\"", res, err)
 	}
 	if _, err := pr.Process(999999); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Process(unknown): err = %v, want NotFound", err)

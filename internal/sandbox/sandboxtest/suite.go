@@ -72,6 +72,7 @@ func Suite(t *testing.T, f Factory) {
 		{"ExecStreams", testStreams},
 		{"ExecOutputCap", testOutputCap},
 		{"ExecTimeout", testTimeout},
+		{"ExecRawOutput", testExecRawOutput},
 		{"ExecContextCancel", testContextCancel},
 		{"ExecMemoryLimit", testMemoryLimit},
 		{"ExecConcurrent", testConcurrentExec},
