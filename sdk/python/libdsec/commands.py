@@ -134,10 +134,13 @@ class Commands:
         """Run a command.
 
         ``cmd`` is a command line (str; split into words on tiers without a
-        shell) or an argv list. With ``on_stdout``/``on_stderr`` the output is
-        streamed to the callbacks as it arrives. ``timeout`` bounds the
-        command (None: the server's default, 60 s); ``request_timeout`` the
-        HTTP request (default: timeout plus the sandbox's request timeout).
+        shell) or an argv list. It runs in ``cwd`` (absolute, or relative to
+        /workspace), by default in /workspace, the directory relative file
+        paths lead to as well, on every tier. With ``on_stdout`` or
+        ``on_stderr`` the output is streamed to the callbacks as it arrives.
+        ``timeout`` bounds the command (None: the server's default, 60 s);
+        ``request_timeout`` the HTTP request (default: timeout plus the
+        sandbox's request timeout).
 
         Returns the CommandResult, or a CommandHandle if ``background``.
         Raises CommandExitError on a non-zero exit, TimeoutError if the

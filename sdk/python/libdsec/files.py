@@ -1,7 +1,9 @@
 """sandbox.files: the sandbox's file system.
 
-Paths are absolute, or relative to the tier's file root (/workspace on the
-function tier, where files outside it are refused with InvalidArgumentError).
+Paths are absolute, or relative to /workspace, the directory commands start
+in, on every tier. The function tier's files API reaches only /workspace
+(paths outside it are refused with InvalidArgumentError); the other tiers'
+reaches the whole sandbox.
 Uploads and downloads are streamed: file-like objects and local files are
 never read into memory whole.
 """

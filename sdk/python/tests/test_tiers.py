@@ -1,5 +1,6 @@
 """One parameter switches the substrate: the same script on the function,
-container, microvm and vm tiers, against a real `dsec up` (conftest.py
+container, microvm and vm tiers (files and commands, relative paths meaning
+the same directory on each), against a real `dsec up` (conftest.py
 gives it a [microvm] section over the shared guest kernel cache; the vm
 tier shares it). The microvm and vm cases boot one VM each (a few seconds
 under TCG)."""
@@ -14,7 +15,7 @@ import httpx
 import pytest
 from conftest import Conn, DSecServer
 
-from libdsec import Sandbox
+from libdsec import NotFoundError, Sandbox
 
 TIERS = ["function", "container", "microvm", "vm"]
 
@@ -42,6 +43,33 @@ def script(sb: Sandbox) -> tuple[str, str, str]:
     return echoed, read, catted
 
 
+def workdir_script(sb: Sandbox, tier: str) -> None:
+    """A relative path means /workspace, the directory commands start in,
+    for the files API and for commands alike: the most common pattern of
+    an agent harness (write a file, run a command on it)."""
+    sb.files.write("x/hello.txt", "hi\n")
+    assert sb.commands.run("cat x/hello.txt").stdout == "hi\n"
+    assert sb.commands.run(["cat", "x/hello.txt"]).stdout == "hi\n"
+    # Nested directories; the absolute path is the same file.
+    info = sb.files.write("a/b/c.txt", "nested\n")
+    assert info.path == "/workspace/a/b/c.txt"
+    assert sb.files.read("/workspace/a/b/c.txt") == "nested\n"
+    assert sb.commands.run(["cat", "/workspace/a/b/c.txt"]).stdout == "nested\n"
+    # A command's cwd, relative or absolute, leads its relative paths.
+    for cwd in ("a/b", "/workspace/a/b"):
+        assert sb.commands.run(["cat", "c.txt"], cwd=cwd).stdout == "nested\n"
+    with pytest.raises(NotFoundError):
+        sb.commands.run(["cat", "c.txt"], cwd="no/such/dir")
+    # What a command writes by a relative path, the files API reads by it.
+    writer = ["write", "by-cmd.txt"] if tier == "function" else ["sh", "-c", "cat > by-cmd.txt"]
+    sb.commands.run(writer, stdin="by a command\n")
+    assert sb.files.read("by-cmd.txt") == "by a command\n"
+    assert sb.files.get_info("by-cmd.txt").mode == 0o644
+    names = {e.path for e in sb.files.list(".")}
+    assert {"/workspace/x", "/workspace/a", "/workspace/by-cmd.txt"} <= names, names
+    assert "PWD=/workspace/a" in sb.commands.run(["env"], cwd="a").stdout.splitlines()
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_one_parameter_switches_the_substrate(tier: str, conn: Conn, labels: dict[str, str]) -> None:
     if tier in ("microvm", "vm") and shutil.which("qemu-system-x86_64") is None:
@@ -49,6 +77,7 @@ def test_one_parameter_switches_the_substrate(tier: str, conn: Conn, labels: dic
     with Sandbox.create(tier=tier, metadata=labels, **conn) as sb:
         assert sb.get_info().tier == tier
         assert script(sb) == ("same script\n", "one parameter\n", "one parameter\n")
+        workdir_script(sb, tier)
 
 
 def test_microvm_node_and_leftovers(server: DSecServer, conn: Conn, labels: dict[str, str]) -> None:
