@@ -40,8 +40,8 @@ func testFingerprint(t *testing.T, f Factory) {
 	if info.Accelerator == "" {
 		t.Errorf("Fingerprint has no accelerator")
 	}
-	if root := e.rt.Capabilities().FileRoot; root == "" || root[0] != '/' {
-		t.Errorf("Capabilities().FileRoot = %q, want an absolute path", root)
+	if root := e.rt.Capabilities().FileRoot; root == "" || root[0] != '/' || !sandbox.Within(root, sandbox.Workdir) {
+		t.Errorf("Capabilities().FileRoot = %q, want an absolute path holding %s", root, sandbox.Workdir)
 	}
 }
 

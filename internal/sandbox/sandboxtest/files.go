@@ -15,13 +15,10 @@ import (
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
-// work is a directory inside the tier's file root where tests may write.
-func work(rt sandbox.Runtime, rel string) string {
-	root := rt.Capabilities().FileRoot
-	if root == "/" {
-		root = "/workspace"
-	}
-	return path.Join(root, rel)
+// work is the absolute path of rel in the working directory, where tests
+// may write on every tier.
+func work(rel string) string {
+	return path.Join(sandbox.Workdir, rel)
 }
 
 func readAll(t *testing.T, fs sandbox.Files, p string) string {
@@ -51,7 +48,7 @@ func testFilesRoundTrip(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	fs := e.newSandbox().Files()
 	ctx := context.Background()
-	p := work(e.rt, "dir/sub/hello.txt")
+	p := work("dir/sub/hello.txt")
 	fi := write(t, fs, p, "hello\n", sandbox.WriteOptions{Parents: true, Mode: 0o640})
 	if fi.Path != p || fi.Name != "hello.txt" || fi.Type != api.FileTypeFile || fi.Size != 6 || fi.Mode != 0o640 {
 		t.Errorf("Write info = %+v", fi)
@@ -68,16 +65,16 @@ func testFilesRoundTrip(t *testing.T, f Factory) {
 	if err != nil || st.Type != api.FileTypeDir {
 		t.Errorf("Stat(dir) = %+v, %v", st, err)
 	}
-	if _, err := fs.Mkdir(ctx, work(e.rt, "a/b/c"), true); err != nil {
+	if _, err := fs.Mkdir(ctx, work("a/b/c"), true); err != nil {
 		t.Errorf("Mkdir parents: %v", err)
 	}
-	if _, err := fs.Mkdir(ctx, work(e.rt, "x/y"), false); !errors.Is(err, errdefs.NotFound) {
+	if _, err := fs.Mkdir(ctx, work("x/y"), false); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Mkdir without parents under a missing dir: err = %v, want NotFound", err)
 	}
-	if _, err := fs.Mkdir(ctx, work(e.rt, "a"), false); !errors.Is(err, errdefs.Conflict) {
+	if _, err := fs.Mkdir(ctx, work("a"), false); !errors.Is(err, errdefs.Conflict) {
 		t.Errorf("Mkdir existing: err = %v, want Conflict", err)
 	}
-	to := work(e.rt, "a/b/moved.txt")
+	to := work("a/b/moved.txt")
 	if fi, err := fs.Rename(ctx, p, to); err != nil || fi.Path != to {
 		t.Fatalf("Rename = %+v, %v", fi, err)
 	}
@@ -87,10 +84,10 @@ func testFilesRoundTrip(t *testing.T, f Factory) {
 	if got := readAll(t, fs, to); got != "x" {
 		t.Errorf("renamed content %q", got)
 	}
-	if err := fs.Remove(ctx, work(e.rt, "a"), false); err == nil {
+	if err := fs.Remove(ctx, work("a"), false); err == nil {
 		t.Errorf("non-recursive Remove of a non-empty dir succeeded")
 	}
-	if err := fs.Remove(ctx, work(e.rt, "a"), true); err != nil {
+	if err := fs.Remove(ctx, work("a"), true); err != nil {
 		t.Errorf("recursive Remove: %v", err)
 	}
 	if _, err := fs.Stat(ctx, to); !errors.Is(err, errdefs.NotFound) {
@@ -98,15 +95,15 @@ func testFilesRoundTrip(t *testing.T, f Factory) {
 	}
 	// Large file: 8 MiB of patterned data.
 	big := strings.Repeat("dsec-large-file-", 512<<10)
-	write(t, fs, work(e.rt, "big.bin"), big, sandbox.WriteOptions{})
-	if got := readAll(t, fs, work(e.rt, "big.bin")); got != big {
+	write(t, fs, work("big.bin"), big, sandbox.WriteOptions{})
+	if got := readAll(t, fs, work("big.bin")); got != big {
 		t.Errorf("large file round trip: got %d bytes, want %d", len(got), len(big))
 	}
-	_, err = fs.Write(ctx, work(e.rt, "capped.bin"), strings.NewReader(strings.Repeat("z", 5000)), sandbox.WriteOptions{MaxBytes: 4096})
+	_, err = fs.Write(ctx, work("capped.bin"), strings.NewReader(strings.Repeat("z", 5000)), sandbox.WriteOptions{MaxBytes: 4096})
 	if !errors.Is(err, errdefs.TooLarge) {
 		t.Errorf("Write past MaxBytes: err = %v, want TooLarge", err)
 	}
-	if _, err := fs.Stat(ctx, work(e.rt, "capped.bin")); !errors.Is(err, errdefs.NotFound) {
+	if _, err := fs.Stat(ctx, work("capped.bin")); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("a refused write left a file behind: %v", err)
 	}
 }
@@ -114,13 +111,13 @@ func testFilesRoundTrip(t *testing.T, f Factory) {
 func testFilesSeenByCommands(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	sb := e.newSandbox()
-	p := work(e.rt, "from-api.txt")
+	p := work("from-api.txt")
 	write(t, sb.Files(), p, "written by the API\n", sandbox.WriteOptions{})
 	res := run(t, sb, api.ExecRequest{Cmd: f.Commands.ReadFile(p)})
 	if res.ExitCode != 0 || res.Stdout != "written by the API\n" {
 		t.Errorf("command reading an API-written file: %+v", res)
 	}
-	q := work(e.rt, "from-cmd.txt")
+	q := work("from-cmd.txt")
 	res = run(t, sb, api.ExecRequest{Cmd: f.Commands.WriteFile(q), Stdin: "written by a command\n"})
 	if res.ExitCode != 0 {
 		t.Fatalf("command writing a file: %+v", res)
@@ -143,7 +140,7 @@ func testFilesSeenByCommands(t *testing.T, f Factory) {
 func testFilesListDepth(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	fs := e.newSandbox().Files()
-	base := work(e.rt, "tree")
+	base := work("tree")
 	for _, p := range []string{"a.txt", "d1/b.txt", "d1/d2/c.txt"} {
 		write(t, fs, path.Join(base, p), p, sandbox.WriteOptions{Parents: true})
 	}
@@ -192,7 +189,7 @@ func testFilesTraversal(t *testing.T, f Factory) {
 		if err := fs.Remove(ctx, p, true); !errors.Is(err, errdefs.Invalid) {
 			t.Errorf("Remove(%q): err = %v, want Invalid", p, err)
 		}
-		if _, err := fs.Rename(ctx, work(e.rt, "nope"), p); !errors.Is(err, errdefs.Invalid) {
+		if _, err := fs.Rename(ctx, work("nope"), p); !errors.Is(err, errdefs.Invalid) {
 			t.Errorf("Rename(→%q): err = %v, want Invalid", p, err)
 		}
 	}
@@ -202,22 +199,22 @@ func testFilesErrors(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	fs := e.newSandbox().Files()
 	ctx := context.Background()
-	if _, _, err := fs.Open(ctx, work(e.rt, "missing")); !errors.Is(err, errdefs.NotFound) {
+	if _, _, err := fs.Open(ctx, work("missing")); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Open missing: err = %v, want NotFound", err)
 	}
-	if _, err := fs.Stat(ctx, work(e.rt, "missing")); !errors.Is(err, errdefs.NotFound) {
+	if _, err := fs.Stat(ctx, work("missing")); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Stat missing: err = %v, want NotFound", err)
 	}
-	if err := fs.Remove(ctx, work(e.rt, "missing"), false); !errors.Is(err, errdefs.NotFound) {
+	if err := fs.Remove(ctx, work("missing"), false); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Remove missing: err = %v, want NotFound", err)
 	}
-	if _, err := fs.Mkdir(ctx, work(e.rt, "d"), false); err != nil {
+	if _, err := fs.Mkdir(ctx, work("d"), false); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := fs.Open(ctx, work(e.rt, "d")); !errors.Is(err, errdefs.Invalid) {
+	if _, _, err := fs.Open(ctx, work("d")); !errors.Is(err, errdefs.Invalid) {
 		t.Errorf("Open of a directory: err = %v, want Invalid", err)
 	}
-	if _, err := fs.Write(ctx, work(e.rt, "no/parent/f"), strings.NewReader("x"), sandbox.WriteOptions{}); !errors.Is(err, errdefs.NotFound) {
+	if _, err := fs.Write(ctx, work("no/parent/f"), strings.NewReader("x"), sandbox.WriteOptions{}); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Write without parents: err = %v, want NotFound", err)
 	}
 }
@@ -225,7 +222,7 @@ func testFilesErrors(t *testing.T, f Factory) {
 func testIsolation(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	a, b := e.newSandbox(), e.newSandbox()
-	p := work(e.rt, "secret.txt")
+	p := work("secret.txt")
 	write(t, a.Files(), p, "a's secret", sandbox.WriteOptions{})
 	if _, err := b.Files().Stat(context.Background(), p); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("sandbox b sees a's file: err = %v", err)
@@ -253,7 +250,7 @@ func testFilesEdgeCases(t *testing.T, f Factory) {
 	fs := sb.Files()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	dir := work(e.rt, "edge")
+	dir := work("edge")
 	if _, err := fs.Mkdir(ctx, dir, true); err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func testDestroy(t *testing.T, f Factory) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write(t, sb.Files(), work(e.rt, "f"), "x", sandbox.WriteOptions{})
+	write(t, sb.Files(), work("f"), "x", sandbox.WriteOptions{})
 	if err := sb.Destroy(context.Background()); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
@@ -85,14 +85,14 @@ func testDestroy(t *testing.T, f Factory) {
 	if _, err := sb.Exec(context.Background(), sandbox.ExecRequest{ExecRequest: api.ExecRequest{Cmd: f.Commands.Echo("x"), TimeoutS: 5}}); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Exec after Destroy: err = %v, want NotFound", err)
 	}
-	if _, err := sb.Files().Stat(context.Background(), work(e.rt, "f")); !errors.Is(err, errdefs.NotFound) {
+	if _, err := sb.Files().Stat(context.Background(), work("f")); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("Stat after Destroy: err = %v, want NotFound", err)
 	}
 	// A second sandbox with the same ID starts clean.
 	spec := e.spec()
 	spec.ID = sb.ID()
 	sb2 := e.create(spec)
-	if _, err := sb2.Files().Stat(context.Background(), work(e.rt, "f")); !errors.Is(err, errdefs.NotFound) {
+	if _, err := sb2.Files().Stat(context.Background(), work("f")); !errors.Is(err, errdefs.NotFound) {
 		t.Errorf("file survived Destroy into a new sandbox with the same ID: %v", err)
 	}
 }
@@ -108,7 +108,7 @@ func testRecover(t *testing.T, f Factory) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write(t, sb.Files(), work(rt, "kept.txt"), "still here", sandbox.WriteOptions{})
+	write(t, sb.Files(), work("kept.txt"), "still here", sandbox.WriteOptions{})
 	if err := rt.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func testRecover(t *testing.T, f Factory) {
 	}
 	sb2 := got[0]
 	defer sb2.Destroy(context.Background())
-	if got := readAll(t, sb2.Files(), work(rt2, "kept.txt")); got != "still here" {
+	if got := readAll(t, sb2.Files(), work("kept.txt")); got != "still here" {
 		t.Errorf("recovered file = %q", got)
 	}
 	if res := run(t, sb2, api.ExecRequest{Cmd: f.Commands.Echo("recovered")}); res.Stdout != "recovered\n" {
