@@ -19,8 +19,9 @@ func filesPath(id, suffix, p string) (string, error) {
 }
 
 // ReadFile opens the file at path in the sandbox id for streaming; the
-// caller must close it. Paths are absolute or relative to the tier's file
-// root. Only ctx bounds the download.
+// caller must close it. Paths are absolute or relative to /workspace, the
+// working directory of commands, on every tier. Only ctx bounds the
+// download.
 func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error) {
 	p, err := filesPath(id, "", path)
 	if err != nil {

@@ -8,8 +8,9 @@ import (
 	"github.com/dsec-dev/dsec/internal/noderpc"
 )
 
-// File operations route to the sandbox's node, which confines paths to
-// the tier's file root.
+// File operations route to the sandbox's node, which resolves relative
+// paths against the working directory (sandbox.Workdir) and confines them
+// to the tier's file root.
 
 func (m *Manager) OpenFile(ctx context.Context, owner, id, path string) (io.ReadCloser, api.FileInfo, error) {
 	rec, err := m.running(owner, id)
