@@ -19,7 +19,6 @@ import (
 	"net"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -27,7 +26,6 @@ import (
 const (
 	DefaultMaxOutput = 4 << 20
 	DefaultPath      = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	DefaultWorkdir   = sandbox.Workdir
 )
 
 // Options configure Run. The zero value of every field but Listener is a
@@ -47,13 +45,13 @@ type Options struct {
 	// environment never reaches commands.
 	DefaultEnv []string
 	// Workdir is the working directory of commands that name none, and
-	// the one a relative cwd is taken relative to: default DefaultWorkdir
+	// the one a relative cwd is taken relative to: default sandbox.Workdir
 	// if it exists (every tier makes it), else / (dsec-guest serve on a
 	// development host).
 	Workdir string
 	// Root is the directory the files API is confined to, shown to the
 	// node as "/": default "/". Relative paths resolve against
-	// DefaultWorkdir in it, the node's view of Workdir. Tests point it at
+	// sandbox.Workdir in it, the node's view of Workdir. Tests point it at
 	// a temporary directory, and Workdir at its workspace.
 	Root string
 	// Subreaper makes the agent a child subreaper that reaps every

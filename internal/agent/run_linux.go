@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -89,8 +90,8 @@ func Run(ctx context.Context, opt Options) error {
 	}
 	if a.workdir == "" {
 		a.workdir = "/"
-		if fi, err := os.Stat(DefaultWorkdir); err == nil && fi.IsDir() {
-			a.workdir = DefaultWorkdir
+		if fi, err := os.Stat(sandbox.Workdir); err == nil && fi.IsDir() {
+			a.workdir = sandbox.Workdir
 		}
 	}
 	if err := sys.CloexecFrom(3); err != nil {
