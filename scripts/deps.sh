@@ -10,7 +10,9 @@
 #   scripts/deps.sh test      what `make test` needs on top, crun and runc
 #                             among them: the baselines the container tier
 #                             is measured against (`make test` runs every
-#                             benchmark once)
+#                             benchmark once); mypy type-checks the Python
+#                             SDK (its own stdlib stubs suffice: typeshed,
+#                             a recommend, is not needed)
 #   scripts/deps.sh bench     what `make bench` needs: the test set
 #   scripts/deps.sh generate  what `go generate` needs to rebuild the eBPF
 #                             objects (internal/monitor, internal/guard):
@@ -19,7 +21,7 @@
 set -euo pipefail
 
 runtime=(ca-certificates erofs-utils busybox-static debootstrap util-linux qemu-system-x86 e2fsprogs)
-test=(python3 python3-minimal python3-httpx python3-pytest python3-pytest-asyncio wabt erofs-utils attr iproute2 crun runc)
+test=(python3 python3-minimal python3-httpx python3-pytest python3-pytest-asyncio mypy wabt erofs-utils attr iproute2 crun runc)
 generate=(clang libbpf-dev linux-libc-dev)
 
 want=("${runtime[@]}")

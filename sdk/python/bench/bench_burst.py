@@ -40,7 +40,7 @@ SDK_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(SDK_DIR))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_container import Server, pct, wait_image  # noqa: E402
+from bench_container import Conn, Server, pct, wait_image  # noqa: E402
 from libdsec import AsyncClient, AsyncSandbox, SandboxError  # noqa: E402
 
 _COUNT = re.compile(r'^dsec_api_request_seconds_count\{([^}]*)\} (\S+)$')
@@ -60,7 +60,7 @@ def create_statuses(url: str) -> dict[str, int]:
     return dict(out)
 
 
-async def burst(conn: dict[str, str], image: str, n: int, max_retries: int | None) -> dict[str, Any]:
+async def burst(conn: Conn, image: str, n: int, max_retries: int | None) -> dict[str, Any]:
     labels = {"bench-burst": uuid.uuid4().hex[:8]}
     opts: dict[str, Any] = {}
     if max_retries is not None:
@@ -140,7 +140,7 @@ def main() -> int:
 
     server = None
     if args.url:
-        conn = {"url": args.url, "token": args.token or os.environ.get("DSEC_TOKEN", "")}
+        conn: Conn = {"url": args.url, "token": args.token or os.environ.get("DSEC_TOKEN", "")}
     else:
         server = Server(args.dsec, args.pool)
         conn = {"url": server.url, "token": server.token}

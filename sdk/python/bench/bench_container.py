@@ -31,7 +31,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypedDict
 
 import httpx
 
@@ -42,6 +42,13 @@ from libdsec import AsyncSandbox, Sandbox  # noqa: E402
 
 RUN = uuid.uuid4().hex[:8]
 LABELS = {"bench": RUN}
+
+
+class Conn(TypedDict):
+    """Where the server is: the url= and token= of Sandbox.create."""
+
+    url: str
+    token: str
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -122,7 +129,7 @@ class Server:
                 pass
 
 
-def wait_image(conn: dict[str, str], image: str) -> None:
+def wait_image(conn: Conn, image: str) -> None:
     """The built-in images appear once their layers are built."""
     deadline = time.monotonic() + 120
     while True:
@@ -136,7 +143,7 @@ def wait_image(conn: dict[str, str], image: str) -> None:
             time.sleep(0.5)
 
 
-def cycle_sync(conn: dict[str, str], image: str) -> tuple[float, float]:
+def cycle_sync(conn: Conn, image: str) -> tuple[float, float]:
     t0 = time.perf_counter()
     sb = Sandbox.create(tier="container", image=image, metadata=LABELS, **conn)
     t1 = time.perf_counter()
@@ -148,7 +155,7 @@ def cycle_sync(conn: dict[str, str], image: str) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t0
 
 
-async def cycle_async(conn: dict[str, str], image: str) -> tuple[float, float]:
+async def cycle_async(conn: Conn, image: str) -> tuple[float, float]:
     t0 = time.perf_counter()
     sb = await AsyncSandbox.create(tier="container", image=image, metadata=LABELS, **conn)
     t1 = time.perf_counter()
@@ -191,7 +198,7 @@ def main() -> int:
 
     server = None
     if args.url:
-        conn = {"url": args.url, "token": args.token or os.environ.get("DSEC_TOKEN", "")}
+        conn: Conn = {"url": args.url, "token": args.token or os.environ.get("DSEC_TOKEN", "")}
     else:
         server = Server(args.dsec, args.pool)
         conn = {"url": server.url, "token": server.token}
@@ -256,7 +263,7 @@ def timed(n: int, fn: Callable[[], Any]) -> tuple[list[float], float]:
     return lat, time.perf_counter() - t
 
 
-async def exec_async(conn: dict[str, str], image: str, n: int) -> tuple[list[float], float]:
+async def exec_async(conn: Conn, image: str, n: int) -> tuple[list[float], float]:
     sb = await AsyncSandbox.create(tier="container", image=image, metadata=LABELS, **conn)
     try:
         for _ in range(20):

@@ -12,7 +12,22 @@ images from them.
 """
 
 from ._http import AsyncClient, Client
-from ._models import AuditEvent, CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo, SandboxStats
+from ._models import (
+    AuditEvent,
+    CommandResult,
+    EntryInfo,
+    GradeCase,
+    GradeResult,
+    GradeSummary,
+    ImageInfo,
+    IntegrityReport,
+    LayerInfo,
+    PhaseChange,
+    ProcessInfo,
+    RuleCount,
+    SandboxInfo,
+    SandboxStats,
+)
 from ._version import __version__
 from .commands import AsyncCommandHandle, AsyncCommands, CommandHandle, Commands
 from .errors import (
@@ -46,6 +61,12 @@ __all__ = [
     "SandboxInfo",
     "SandboxStats",
     "AuditEvent",
+    "IntegrityReport",
+    "PhaseChange",
+    "RuleCount",
+    "GradeSummary",
+    "GradeResult",
+    "GradeCase",
     "CommandResult",
     "ProcessInfo",
     "EntryInfo",

@@ -7,7 +7,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-__all__ = ["SandboxInfo", "SandboxStats", "CommandResult", "ProcessInfo", "EntryInfo", "LayerInfo", "ImageInfo"]
+__all__ = [
+    "SandboxInfo",
+    "SandboxStats",
+    "AuditEvent",
+    "PhaseChange",
+    "RuleCount",
+    "GradeSummary",
+    "IntegrityReport",
+    "GradeCase",
+    "GradeResult",
+    "CommandResult",
+    "ProcessInfo",
+    "EntryInfo",
+    "LayerInfo",
+    "ImageInfo",
+]
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 
@@ -153,6 +168,250 @@ class AuditEvent:
 
 
 @dataclass
+class PhaseChange:
+    """A sandbox entering a phase (the ``PhaseChange`` schema)."""
+
+    phase: str
+    at: datetime | None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PhaseChange:
+        return cls(phase=str(d.get("phase") or ""), at=parse_time(d.get("at")))
+
+
+@dataclass
+class RuleCount:
+    """How often a sandbox hit an audit rule (the ``RuleCount`` schema):
+    the rule's ``severity`` ("low", "medium", "high" or "critical") and
+    the ``first`` hit."""
+
+    rule: str
+    severity: str
+    count: int
+    first: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RuleCount:
+        return cls(
+            rule=str(d.get("rule") or ""),
+            severity=str(d.get("severity") or ""),
+            count=int(d.get("count") or 0),
+            first=parse_time(d.get("first")),
+        )
+
+
+@dataclass
+class GradeSummary:
+    """A sealed grading as the sandbox's record keeps it (the
+    ``GradeSummary`` schema): ``discarded`` counts the agent's files the
+    grading left out."""
+
+    at: datetime | None
+    tests_layer: str
+    verdict: str
+    tests: int = 0
+    passed: int = 0
+    discarded: int = 0
+    reason: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> GradeSummary:
+        return cls(
+            at=parse_time(d.get("at")),
+            tests_layer=str(d.get("tests_layer") or ""),
+            verdict=str(d.get("verdict") or ""),
+            tests=int(d.get("tests") or 0),
+            passed=int(d.get("passed") or 0),
+            discarded=int(d.get("discarded") or 0),
+            reason=str(d.get("reason") or ""),
+        )
+
+
+def _objects(value: Any) -> list[Mapping[str, Any]]:
+    """The JSON objects of a list, or none if it is not one."""
+    if not isinstance(value, list):
+        return []
+    return [v for v in value if isinstance(v, Mapping)]
+
+
+class _RawJSON:
+    """Indexing into the JSON object a result was parsed from.
+
+    grade() and integrity() returned that dict before they returned
+    typed results; ``res["verdict"]`` keeps working for code written
+    then. ``raw`` also holds fields a newer server sends that this SDK
+    does not know yet.
+    """
+
+    raw: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+
+@dataclass
+class IntegrityReport(_RawJSON):
+    """What a trainer needs to decide whether to trust (or zero) a
+    rollout's reward (the ``IntegrityReport`` schema).
+
+    ``phases`` the sandbox went through, in order; ``events`` counts the
+    monitor's events and ``denied`` the actions a security check refused;
+    ``rules`` are the audit rules hit and ``by_severity`` their hits by
+    severity; ``sealed_grading`` says whether a sealed grading ran and
+    ``grades`` are the gradings, oldest first; ``suspicious``: a high or
+    critical rule was hit. ``monitored``: the node's monitor watched the
+    sandbox (never on microvm and vm: the node's monitor does not see
+    inside a guest; nothing above then comes from it). ``guest_enforced``
+    names the parts of the phases the sandbox's guest applied itself
+    rather than the host ("writable", "user", "capabilities",
+    "processes" on the VM tiers; empty on container and function).
+
+    ``raw`` is the JSON object as received; ``report["suspicious"]``
+    indexes it.
+    """
+
+    sandbox: str
+    phases: list[PhaseChange] = field(default_factory=list)
+    events: int = 0
+    denied: int = 0
+    rules: list[RuleCount] = field(default_factory=list)
+    by_severity: dict[str, int] = field(default_factory=dict)
+    sealed_grading: bool = False
+    grades: list[GradeSummary] = field(default_factory=list)
+    suspicious: bool = False
+    monitored: bool = False
+    guest_enforced: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> IntegrityReport:
+        sev = d.get("by_severity")
+        return cls(
+            sandbox=str(d.get("sandbox") or ""),
+            phases=[PhaseChange.from_json(p) for p in _objects(d.get("phases"))],
+            events=int(d.get("events") or 0),
+            denied=int(d.get("denied") or 0),
+            rules=[RuleCount.from_json(r) for r in _objects(d.get("rules"))],
+            by_severity={str(k): int(v or 0) for k, v in sev.items()} if isinstance(sev, Mapping) else {},
+            sealed_grading=bool(d.get("sealed_grading")),
+            grades=[GradeSummary.from_json(g) for g in _objects(d.get("grades"))],
+            suspicious=bool(d.get("suspicious")),
+            monitored=bool(d.get("monitored")),
+            guest_enforced=[str(p) for p in d.get("guest_enforced") or []],
+            raw=dict(d),
+        )
+
+
+@dataclass
+class GradeCase:
+    """One test of a grading's report (the ``TestCase`` schema; named so
+    that pytest does not take it for a test class): ``status`` is
+    "passed", "failed", "error" or "skipped"."""
+
+    name: str
+    status: str
+    time_s: float = 0.0
+    classname: str = ""
+    message: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> GradeCase:
+        return cls(
+            name=str(d.get("name") or ""),
+            status=str(d.get("status") or ""),
+            time_s=float(d.get("time_s") or 0),
+            classname=str(d.get("classname") or ""),
+            message=str(d.get("message") or ""),
+        )
+
+
+@dataclass
+class GradeResult(_RawJSON):
+    """The outcome of a sealed grading (the ``GradeResult`` schema).
+
+    ``verdict`` is "passed" (the grader exited 0; every test ran and
+    passed, none skipped, at least ``expected_tests`` of them, exactly
+    the tests the tests layer declares if it declares them; and, where
+    the grading sandbox was ``audited``, it hit no audit rule and no
+    process but the grader wrote the report), "failed", or "error" (the
+    run cannot be trusted: the grader timed out, was killed, exited
+    non-zero with no failing test, hit a rule, had its report written by
+    another process, or wrote no usable report); ``reason`` says why
+    when it is not "passed".
+
+    ``grader`` is the sealed sandbox that ran the grader (destroyed
+    since). ``declared_tests`` is how many tests the tests layer declares
+    (0: none, the report's names are not checked). ``audited``: the
+    grading sandbox's own audit counted toward the verdict (false where
+    the node's monitor does not watch it: function and VM tiers);
+    ``grader_rules`` are the rules it hit while the grader ran.
+    ``tests`` … ``skipped`` count the report's tests and ``cases`` are
+    they. ``exit_code``, ``timed_out`` and ``duration_ms`` are the grader
+    command's (exit 0 alone never passes); ``output`` is the tail of its
+    stdout and stderr. ``carried`` counts the agent's files the grading
+    saw (``carried_bytes`` their size); ``discarded`` lists those it did
+    not, each with why. ``integrity`` is the rollout's report when the
+    grading ran.
+
+    ``raw`` is the JSON object as received; ``res["verdict"]`` indexes
+    it.
+    """
+
+    sandbox: str
+    grader: str
+    verdict: str
+    reason: str = ""
+    declared_tests: int = 0
+    audited: bool = False
+    grader_rules: list[RuleCount] = field(default_factory=list)
+    tests: int = 0
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    cases: list[GradeCase] = field(default_factory=list)
+    exit_code: int = 0
+    timed_out: bool = False
+    duration_ms: float = 0.0
+    output: str = ""
+    carried: int = 0
+    carried_bytes: int = 0
+    discarded: list[str] = field(default_factory=list)
+    integrity: IntegrityReport = field(default_factory=lambda: IntegrityReport(sandbox=""))
+    at: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> GradeResult:
+        integ = d.get("integrity")
+        return cls(
+            sandbox=str(d.get("sandbox") or ""),
+            grader=str(d.get("grader") or ""),
+            verdict=str(d.get("verdict") or ""),
+            reason=str(d.get("reason") or ""),
+            declared_tests=int(d.get("declared_tests") or 0),
+            audited=bool(d.get("audited")),
+            grader_rules=[RuleCount.from_json(r) for r in _objects(d.get("grader_rules"))],
+            tests=int(d.get("tests") or 0),
+            passed=int(d.get("passed") or 0),
+            failed=int(d.get("failed") or 0),
+            errors=int(d.get("errors") or 0),
+            skipped=int(d.get("skipped") or 0),
+            cases=[GradeCase.from_json(c) for c in _objects(d.get("cases"))],
+            exit_code=int(d.get("exit_code") or 0),
+            timed_out=bool(d.get("timed_out")),
+            duration_ms=float(d.get("duration_ms") or 0),
+            output=str(d.get("output") or ""),
+            carried=int(d.get("carried") or 0),
+            carried_bytes=int(d.get("carried_bytes") or 0),
+            discarded=[str(x) for x in d.get("discarded") or []],
+            integrity=IntegrityReport.from_json(integ if isinstance(integ, Mapping) else {}),
+            at=parse_time(d.get("at")),
+            raw=dict(d),
+        )
+
+
+@dataclass
 class SandboxStats:
     """A running sandbox's resource use (the ``SandboxStats`` schema), as its
     node measures it from outside the sandbox, and the limits it hit.
@@ -162,7 +421,11 @@ class SandboxStats:
     counts tasks (processes and threads; on the function tier, the calls
     running now). ``disk_bytes`` is what was written to the sandbox's
     writable layer. ``oom_kills`` counts processes killed at the memory
-    limit, ``pids_limited`` forks refused at the process limit.
+    limit, ``pids_limited`` forks refused at the process limit. On the VM
+    tiers ``host_memory_bytes`` is the resident memory of the VM's process
+    on the host (what the guest touched plus the VMM's own);
+    ``memory_bytes`` and ``memory_limit_bytes`` are then the guest's view,
+    ``cpu_seconds`` the VM process's CPU time on the host.
     """
 
     memory_bytes: int
@@ -175,6 +438,7 @@ class SandboxStats:
     disk_full: bool = False
     oom_kills: int = 0
     pids_limited: int = 0
+    host_memory_bytes: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SandboxStats:
@@ -190,6 +454,7 @@ class SandboxStats:
             disk_full=bool(d.get("disk_full")),
             oom_kills=int(d.get("oom_kills") or 0),
             pids_limited=int(d.get("pids_limited") or 0),
+            host_memory_bytes=int(d.get("host_memory_bytes") or 0),
         )
 
 

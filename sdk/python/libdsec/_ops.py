@@ -17,7 +17,18 @@ import httpx
 
 from ._calls import Body, BodyData, Call
 from ._config import SERVER_COMMAND_TIMEOUT
-from ._models import AuditEvent, CommandResult, EntryInfo, ImageInfo, LayerInfo, ProcessInfo, SandboxInfo, SandboxStats
+from ._models import (
+    AuditEvent,
+    CommandResult,
+    EntryInfo,
+    GradeResult,
+    ImageInfo,
+    IntegrityReport,
+    LayerInfo,
+    ProcessInfo,
+    SandboxInfo,
+    SandboxStats,
+)
 from .errors import (
     CommandExitError,
     ConflictError,
@@ -395,9 +406,9 @@ def audit_event_line(line: str) -> AuditEvent | None:
     return AuditEvent.from_json(json.loads(line)) if line else None
 
 
-def integrity(sandbox_id: str, timeout: float) -> Op[dict[str, Any]]:
+def integrity(sandbox_id: str, timeout: float) -> Op[IntegrityReport]:
     resp = yield Call("GET", sandbox_path(sandbox_id, "integrity"), timeout)
-    return dict(json_body(resp))
+    return IntegrityReport.from_json(json_body(resp))
 
 
 def grade(
@@ -415,7 +426,7 @@ def grade(
     cwd: str | None = None,
     timeout_s: float | None = None,
     request_timeout: float,
-) -> Op[dict[str, Any]]:
+) -> Op[GradeResult]:
     """POST …/grade. The call lasts as long as the grader: its HTTP timeout
     is the grader's (default 300 s) plus two minutes for the sandbox."""
     if not isinstance(tests_layer, str) or not tests_layer:
@@ -446,7 +457,7 @@ def grade(
         body["timeout_s"] = float(timeout_s)
     wait = (timeout_s or 300) + 120 + request_timeout
     resp = yield Call("POST", sandbox_path(sandbox_id, "grade"), wait, json=body)
-    return dict(json_body(resp))
+    return GradeResult.from_json(json_body(resp))
 
 
 def sandbox_stats(sandbox_id: str, timeout: float) -> Op[SandboxStats]:

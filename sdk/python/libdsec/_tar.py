@@ -11,8 +11,8 @@ client's tardir package follows the same rules):
   file with several are hard links to the first;
 * permission bits with setuid, setgid and sticky; numeric uid and gid with
   no user or group names; modification time 0; no access or change times;
-* extended attributes as PAX records ``SCHILY.xattr.<name>``, where the
-  platform has os.listxattr;
+* extended attributes as PAX records ``SCHILY.xattr.<name>``, on Linux
+  (the only platform whose os module reads them);
 * device nodes, FIFOs and sockets are refused.
 
 File contents are read in chunks as the stream is consumed: the archive is
@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import tarfile
 from typing import Iterator
 
@@ -43,11 +44,10 @@ class UnsupportedFileError(InvalidArgumentError):
 
 def _xattrs(path: str) -> dict[str, bytes]:
     """The extended attributes of path (not following a final symlink)."""
-    listxattr = getattr(os, "listxattr", None)
-    if listxattr is None:
+    if sys.platform != "linux":
         return {}
     try:
-        names = listxattr(path, follow_symlinks=False)
+        names = os.listxattr(path, follow_symlinks=False)
     except OSError as e:
         if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
             return {}

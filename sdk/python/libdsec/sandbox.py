@@ -7,7 +7,7 @@ from typing import Any, Iterable, Iterator, List, Mapping, Sequence
 
 from . import _ops
 from ._http import Client, wrap_transport
-from ._models import AuditEvent, SandboxInfo, SandboxStats
+from ._models import AuditEvent, GradeResult, IntegrityReport, SandboxInfo, SandboxStats
 from ._ops import LayersSpec, NetworkSpec
 from .commands import Commands
 from .errors import InvalidArgumentError
@@ -241,15 +241,16 @@ class Sandbox:
         finally:
             resp.close()
 
-    def integrity(self) -> dict:
-        """The rollout's integrity report (the ``IntegrityReport`` schema):
-        ``phases`` it went through, audit ``rules`` hit with counts,
-        ``by_severity``, ``denied`` actions, ``suspicious`` (a high or
-        critical rule was hit), ``monitored`` (never on microvm: the node's
-        monitor does not see inside a guest), ``sealed_grading``, and
+    def integrity(self) -> IntegrityReport:
+        """The rollout's integrity report: the ``phases`` it went through,
+        audit ``rules`` hit with counts, ``by_severity``, ``denied``
+        actions, ``suspicious`` (a high or critical rule was hit),
+        ``monitored`` (never on microvm: the node's monitor does not see
+        inside a guest), ``sealed_grading`` and the ``grades``, and
         ``guest_enforced``: the parts of the phases the sandbox's guest
         applied itself rather than the host (``writable``, ``user``,
-        ``capabilities``, ``processes`` on microvm; empty on container)."""
+        ``capabilities``, ``processes`` on microvm; empty on container).
+        See :class:`IntegrityReport`."""
         return self._client.run(_ops.integrity(self.sandbox_id, self._rt))
 
     def grade(
@@ -266,9 +267,9 @@ class Sandbox:
         envs: Mapping[str, str] | None = None,
         cwd: str | None = None,
         timeout: float | None = None,
-    ) -> dict:
+    ) -> GradeResult:
         """Grade the sandbox's work in a sealed sandbox and return the
-        ``GradeResult`` (a dict): a fresh sandbox from the same image with
+        :class:`GradeResult`: a fresh sandbox from the same image with
         ``tests_layer`` (pristine tests the agent never had) on top, the
         agent's files under ``carry`` (default ``["/workspace"]``) less
         the paths the tests layer has (its copy always wins), protected
@@ -286,7 +287,8 @@ class Sandbox:
         other process wrote the report; ``"failed"`` or ``"error"`` (the
         run cannot be trusted) otherwise, with ``reason``, per-test
         ``cases``, ``discarded`` files and the rollout's ``integrity``
-        report. Exit 0 alone never passes."""
+        report (an :class:`IntegrityReport`). Exit 0 alone never passes.
+        ``timeout`` bounds the grader's command (server default 300 s)."""
         return self._client.run(
             _ops.grade(
                 self.sandbox_id, tests_layer, command, report=report, reporter=reporter, expected_tests=expected_tests,

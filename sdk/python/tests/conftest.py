@@ -89,6 +89,7 @@ class DSecServer:
     data_dir: Path
     log: Path
     proc: subprocess.Popen[bytes]
+    binary: Path
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], data_dir: Path, log: Path) -> tuple[str, str]:
@@ -196,7 +197,7 @@ def dsec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DSecServer
             proc.wait(10)
         raise
     try:
-        yield DSecServer(url=url, token=token, data_dir=data_dir, log=log, proc=proc)
+        yield DSecServer(url=url, token=token, data_dir=data_dir, log=log, proc=proc, binary=binary)
     finally:
         _stop(proc)
         # Every test killed its sandboxes: no group may be left.

@@ -40,7 +40,7 @@ def create_answers(url: str) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def small_node(dsec_server: DSecServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     # The same binary as the session's server.
-    binary = Path(str(dsec_server.proc.args[0]))
+    binary = dsec_server.binary
     tmp = tmp_path_factory.mktemp("admission")
     short = Path(tempfile.mkdtemp(prefix="dsecad"))
     short.chmod(0o711)

@@ -11,7 +11,8 @@ import signal
 import socket
 import threading
 import time
-from typing import Iterator
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 from conftest import Conn, DSecServer
@@ -22,6 +23,8 @@ from libdsec import (
     CommandExitError,
     ConflictError,
     ConnectionError,
+    GradeResult,
+    IntegrityReport,
     InvalidArgumentError,
     Layer,
     NotFoundError,
@@ -275,7 +278,7 @@ def test_container_async(conn: Conn, labels: dict[str, str]) -> None:
 
 
 def test_container_phases(conn: Conn, labels: dict[str, str]) -> None:
-    phases = [
+    phases: list[dict[str, Any]] = [
         {"name": "setup"},
         {"name": "coding", "writable": ["/workspace"], "user": "1000"},
         {"name": "submit", "writable": []},
@@ -309,7 +312,7 @@ def test_container_phases_refused(conn: Conn, labels: dict[str, str]) -> None:
 
 
 def test_container_phase_caps_and_executables(conn: Conn, labels: dict[str, str]) -> None:
-    phases = [
+    phases: list[dict[str, Any]] = [
         {"name": "setup"},
         {"name": "work", "user": "1000", "capabilities": ["dac_override"], "executables": ["/bin/busybox"]},
     ]
@@ -345,13 +348,17 @@ def test_container_audit_events(conn: Conn, labels: dict[str, str]) -> None:
         assert all(e.sandbox == sb.sandbox_id and e.severity for e in evs)
         assert len(sb.events(skip=1, limit=1)) == 1
         rep = sb.integrity()
-        assert rep["suspicious"] and rep["monitored"] and rep["denied"] >= 1, rep
-        assert {r["rule"] for r in rep["rules"]} >= {"mount", "test-tampering"}, rep
+        assert isinstance(rep, IntegrityReport) and rep.sandbox == sb.sandbox_id, rep
+        assert rep.suspicious and rep.monitored and rep.denied >= 1 and rep.events >= 2, rep
+        assert {r.rule for r in rep.rules} >= {"mount", "test-tampering"}, rep
+        assert all(r.count >= 1 and r.severity and r.first is not None for r in rep.rules), rep
+        assert sum(rep.by_severity.values()) == sum(r.count for r in rep.rules), rep
+        assert not rep.sealed_grading and rep.grades == [] and rep.guest_enforced == [], rep
     # The record outlives the sandbox.
     assert len(sb.events()) >= len(evs)
 
 
-def test_container_sealed_grading(conn: Conn, labels: dict[str, str], tmp_path) -> None:
+def test_container_sealed_grading(conn: Conn, labels: dict[str, str], tmp_path: Path) -> None:
     """sb.grade: the verdict of pristine tests on the agent's work, whatever
     the agent did to its copy of the tests."""
     tests = tmp_path / "layer" / "workspace" / "tests"
@@ -375,13 +382,25 @@ def test_container_sealed_grading(conn: Conn, labels: dict[str, str], tmp_path) 
             if hack:
                 sb.commands.run("mkdir -p /workspace/tests && " + hack)
             res = sb.grade("tests/sdk-adder:v1", cmd, expected_tests=1)
-            assert res["verdict"] == verdict and res["tests"] == 1, res
-            assert res["cases"][0]["name"] == "test_add", res
-            assert res["integrity"]["sealed_grading"], res
+            assert isinstance(res, GradeResult), res
+            passed = 1 if verdict == "passed" else 0
+            assert res.verdict == verdict and (res.tests, res.passed, res.failed) == (1, passed, 1 - passed), res
+            assert res.errors == 0 and res.skipped == 0 and res.declared_tests == 0, res
+            assert (verdict == "passed") == (res.reason == ""), res
+            assert res.sandbox == sb.sandbox_id and res.grader and res.grader != sb.sandbox_id, res
+            assert [(c.name, c.status) for c in res.cases] == [("test_add", verdict)], res
+            assert res.exit_code == 0 and not res.timed_out and res.duration_ms > 0, res
+            assert res.carried >= 1 and res.carried_bytes > 0 and res.at is not None, res
+            # The agent's copy of the tests under the sealed /workspace/tests never reaches the grading.
+            assert any(d.startswith("/workspace/tests") for d in res.discarded) == bool(hack), res
+            assert isinstance(res.integrity, IntegrityReport) and res.integrity.sealed_grading, res
             # The grading sandbox's own audit counted, and the honest
             # grader's write of its report hit no rule that counts.
-            assert res["audited"] and res["grader_rules"] == [], res
-            assert sb.integrity()["grades"][-1]["verdict"] == verdict
+            assert res.audited and res.grader_rules == [], res
+            (summary,) = sb.integrity().grades
+            assert (summary.tests_layer, summary.verdict, summary.tests) == ("tests/sdk-adder:v1", verdict, 1), summary
+            # Indexing as when grade() returned the JSON's dict.
+            assert res["verdict"] == verdict and res["integrity"]["sealed_grading"] is True
     with Sandbox.create(tier="container", image="busybox", metadata=labels, **conn) as sb:
         with pytest.raises(InvalidArgumentError) as e:
             sb.grade("tests/sdk-adder:v1", cmd, report="relative/junit.xml")
@@ -414,7 +433,7 @@ def test_container_events_page_through(container: Sandbox, conn: Conn) -> None:
 
     container.commands.run("i=0; while [ $i -lt 600 ]; do /bin/true; i=$((i+1)); done")
 
-    def raw(skip: int = 0) -> list[dict]:
+    def raw(skip: int = 0) -> list[dict[str, Any]]:
         r = httpx.get(
             f"{conn['url']}/v1/sandboxes/{container.sandbox_id}/events",
             params={"skip": skip, "limit": 10000},
@@ -422,7 +441,8 @@ def test_container_events_page_through(container: Sandbox, conn: Conn) -> None:
             timeout=30,
         )
         r.raise_for_status()
-        return r.json()["events"]
+        events: list[dict[str, Any]] = r.json()["events"]
+        return events
 
     # The monitor's events arrive shortly after the command: wait until
     # their count stops growing.
@@ -448,7 +468,7 @@ def test_container_read_only_phase_raises_read_only(conn: Conn, labels: dict[str
     AuthenticationError."""
     from libdsec import AuthenticationError, PermissionDeniedError, ReadOnlyError
 
-    phases = [{"name": "setup"}, {"name": "frozen", "writable": []}]
+    phases: list[dict[str, Any]] = [{"name": "setup"}, {"name": "frozen", "writable": []}]
     with Sandbox.create(tier="container", image="busybox", phases=phases, metadata=labels, **conn) as sb:
         sb.files.write("/workspace/a.txt", "before")
         sb.set_phase("frozen")
@@ -469,7 +489,7 @@ def test_container_executables_refusal_says_why(conn: Conn, labels: dict[str, st
         )
     assert e.value.code == "invalid_executable"
     assert "phase test" in str(e.value) and "/usr/local/go/*/bin" in str(e.value) and "trailing /*" in str(e.value), e.value
-    phases = [{"name": "setup"}, {"name": "test", "executables": ["/bin/**"]}]
+    phases: list[dict[str, Any]] = [{"name": "setup"}, {"name": "test", "executables": ["/bin/**"]}]
     with Sandbox.create(tier="container", image="busybox", phases=phases, metadata=labels, **conn) as sb:
         assert sb.get_info().phases[1]["executables"] == ["/bin/**"]
         sb.set_phase("test")

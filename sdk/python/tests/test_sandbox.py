@@ -113,7 +113,12 @@ def test_function_stats(conn: Conn, labels: dict[str, str]) -> None:
 
         # While a call runs, it is a process with linear memory.
         done = threading.Event()
-        call = threading.Thread(target=lambda: (sb.commands.run(["sleep", "3"]), done.set()))
+
+        def sleep() -> None:
+            sb.commands.run(["sleep", "3"])
+            done.set()
+
+        call = threading.Thread(target=sleep)
         call.start()
         try:
             deadline = time.monotonic() + 2.5

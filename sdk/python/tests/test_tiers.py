@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -102,7 +103,7 @@ def test_microvm_phases(conn: Conn, labels: dict[str, str]) -> None:
     monitor did not watch it. One boot."""
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("the microvm tier needs QEMU (Debian qemu-system-x86)")
-    phases = [
+    phases: list[dict[str, Any]] = [
         {"name": "setup"},
         {"name": "coding", "writable": ["/workspace"], "user": "1000",
          "network": {"egress": "allowlist", "allow": [{"cidr": "192.0.2.9/32", "proto": "tcp", "ports": "80"}]}},
@@ -115,9 +116,9 @@ def test_microvm_phases(conn: Conn, labels: dict[str, str]) -> None:
         lines = r.stdout.splitlines()
         assert lines[:3] == ["1000", "no-sleep", "wrote"] and "Read-only file system" in r.stdout and lines[-1] == "1", r
         report = sb.integrity()
-        assert report["monitored"] is False, report
-        assert {"writable", "user", "processes"} <= set(report["guest_enforced"]), report
-        assert [p["phase"] for p in report["phases"]] == ["setup", "coding"], report
+        assert report.monitored is False, report
+        assert {"writable", "user", "processes"} <= set(report.guest_enforced), report
+        assert [p.phase for p in report.phases] == ["setup", "coding"], report
 
 
 def test_microvm_guest_panic_fails_the_sandbox(server: DSecServer, conn: Conn, labels: dict[str, str]) -> None:

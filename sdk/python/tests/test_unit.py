@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import io
 import json
 import pickle
@@ -357,13 +358,14 @@ def test_connect_refuses_ended_sandbox() -> None:
 def test_stats_op_parses_full_and_sparse_bodies() -> None:
     full = {"memory_bytes": 5 << 20, "memory_peak_bytes": 9 << 20, "memory_limit_bytes": 128 << 20,
             "cpu_seconds": 1.25, "processes": 3, "disk_bytes": 2 << 20, "disk_limit_bytes": 64 << 20,
-            "disk_full": True, "oom_kills": 2, "pids_limited": 7}
+            "disk_full": True, "oom_kills": 2, "pids_limited": 7, "host_memory_bytes": 300 << 20}
     got, calls = _drive(_ops.sandbox_stats("sb/1", 30), [httpx.Response(200, json=full)])
     (c,) = calls
     assert (c.method, c.path, c.params, c.json) == ("GET", "/v1/sandboxes/sb%2F1/stats", [], None)
     assert got == libdsec.SandboxStats(
         memory_bytes=5 << 20, cpu_seconds=1.25, processes=3, disk_bytes=2 << 20, memory_peak_bytes=9 << 20,
         memory_limit_bytes=128 << 20, disk_limit_bytes=64 << 20, disk_full=True, oom_kills=2, pids_limited=7,
+        host_memory_bytes=300 << 20,
     )
     assert isinstance(got.cpu_seconds, float) and isinstance(got.memory_bytes, int)
     # The server omits the optional fields when zero (omitempty).
@@ -379,6 +381,125 @@ def test_stats_op_parses_full_and_sparse_bodies() -> None:
         _drive(_ops.sandbox_stats("s", 30), [stopped])
     with pytest.raises(InvalidArgumentError):
         _drive(_ops.sandbox_stats("", 30), [])
+
+
+INTEGRITY_JSON: dict[str, Any] = {
+    "sandbox": "sb-1",
+    "phases": [{"phase": "setup", "at": "2026-01-02T03:04:05.123456789Z"}, {"phase": "coding", "at": "2026-01-02T03:05:00Z"}],
+    "events": 12,
+    "denied": 2,
+    "rules": [{"rule": "mount", "severity": "high", "count": 2, "first": "2026-01-02T03:04:06Z"}],
+    "by_severity": {"high": 2},
+    "sealed_grading": True,
+    "grades": [{"at": "2026-01-02T03:06:00Z", "tests_layer": "tests/t:1", "verdict": "failed", "reason": "1 of 2 tests failed",
+                "tests": 2, "passed": 1, "discarded": 3}],
+    "suspicious": True,
+    "monitored": True,
+    "guest_enforced": [],
+}
+
+GRADE_JSON: dict[str, Any] = {
+    "sandbox": "sb-1",
+    "grader": "sb-2",
+    "verdict": "failed",
+    "reason": "1 of 2 tests failed",
+    "declared_tests": 2,
+    "audited": True,
+    "grader_rules": [],
+    "tests": 2,
+    "passed": 1,
+    "failed": 1,
+    "errors": 0,
+    "skipped": 0,
+    "cases": [{"name": "test_a", "classname": "t", "status": "passed", "time_s": 0.25},
+              {"name": "test_b", "status": "failed", "time_s": 0, "message": "assert 0 == 5"}],
+    "exit_code": 1,
+    "timed_out": False,
+    "duration_ms": 812.5,
+    "output": "1 failed, 1 passed",
+    "carried": 4,
+    "carried_bytes": 1234,
+    "discarded": ["workspace/tests/test_a.py (tests layer)", "workspace/conftest.py (protected)"],
+    "integrity": INTEGRITY_JSON,
+    "at": "2026-01-02T03:06:00.5Z",
+}
+
+
+def _schema_properties(name: str) -> list[str]:
+    """The properties of a schema of the repository's api/openapi.yaml
+    (one per line, as that file writes them)."""
+    from conftest import repo_root
+
+    lines = (repo_root() / "api" / "openapi.yaml").read_text().splitlines()
+    start = lines.index(f"    {name}:")
+    props: list[str] = []
+    inside = False
+    for line in lines[start + 1:]:
+        if line.startswith("    ") and not line.startswith("     "):
+            break  # the next schema
+        if line == "      properties:":
+            inside = True
+        elif inside and line.startswith("        ") and not line.startswith("         "):
+            props.append(line.strip().split(":", 1)[0])
+        elif inside and not line.startswith("        "):
+            inside = False
+    assert props, f"no properties for {name} in api/openapi.yaml"
+    return props
+
+
+@pytest.mark.parametrize("schema,cls", [
+    ("GradeResult", libdsec.GradeResult), ("TestCase", libdsec.GradeCase), ("IntegrityReport", libdsec.IntegrityReport),
+    ("GradeSummary", libdsec.GradeSummary), ("RuleCount", libdsec.RuleCount), ("PhaseChange", libdsec.PhaseChange),
+    ("AuditEvent", libdsec.AuditEvent), ("SandboxStats", libdsec.SandboxStats), ("ExecResult", libdsec.CommandResult),
+    ("Process", libdsec.ProcessInfo), ("FileInfo", libdsec.EntryInfo), ("Layer", libdsec.LayerInfo),
+    ("Image", libdsec.ImageInfo), ("Sandbox", libdsec.SandboxInfo),
+])
+def test_models_have_every_wire_field(schema: str, cls: type) -> None:
+    fields = {f.name for f in dataclasses.fields(cls)}
+    assert set(_schema_properties(schema)) <= fields
+
+
+def test_grade_result_parsing() -> None:
+    got, calls = _drive(_ops.grade("sb-1", "tests/t:1", "pytest", request_timeout=30), [httpx.Response(200, json=GRADE_JSON)])
+    assert calls[0].timeout == 300 + 120 + 30
+    assert isinstance(got, libdsec.GradeResult)
+    assert (got.sandbox, got.grader, got.verdict, got.reason) == ("sb-1", "sb-2", "failed", "1 of 2 tests failed")
+    assert (got.tests, got.passed, got.failed, got.errors, got.skipped, got.declared_tests) == (2, 1, 1, 0, 0, 2)
+    assert got.cases == [libdsec.GradeCase(name="test_a", classname="t", status="passed", time_s=0.25),
+                         libdsec.GradeCase(name="test_b", status="failed", message="assert 0 == 5")]
+    assert got.audited and got.grader_rules == [] and not got.timed_out
+    assert (got.exit_code, got.duration_ms, got.output, got.carried, got.carried_bytes) == (1, 812.5, "1 failed, 1 passed", 4, 1234)
+    assert got.discarded == GRADE_JSON["discarded"]
+    assert got.at is not None and (got.at.microsecond, got.at.tzinfo is not None) == (500000, True)
+    integ = got.integrity
+    assert isinstance(integ, libdsec.IntegrityReport) and integ.sealed_grading and integ.suspicious
+    assert [(p.phase, p.at.microsecond if p.at else None) for p in integ.phases] == [("setup", 123456), ("coding", 0)]
+    assert integ.rules[0].rule == "mount" and integ.rules[0].count == 2 and integ.rules[0].first is not None
+    assert integ.by_severity == {"high": 2} and integ.guest_enforced == []
+    (g,) = integ.grades
+    assert (g.tests_layer, g.verdict, g.reason, g.tests, g.passed, g.discarded) == ("tests/t:1", "failed", "1 of 2 tests failed", 2, 1, 3)
+    # Code written when grade() returned the JSON's dict keeps working.
+    assert got["verdict"] == "failed" and got["cases"][1]["name"] == "test_b"
+    assert got["integrity"]["grades"][-1]["verdict"] == "failed" and integ["events"] == 12
+    assert got.raw == GRADE_JSON
+    with pytest.raises(KeyError):
+        got["no_such_field"]
+
+
+def test_integrity_parsing_of_sparse_bodies() -> None:
+    got, calls = _drive(_ops.integrity("sb/1", 30), [httpx.Response(200, json=INTEGRITY_JSON)])
+    assert calls[0].path == "/v1/sandboxes/sb%2F1/integrity"
+    assert isinstance(got, libdsec.IntegrityReport) and got.events == 12 and got.denied == 2 and got.monitored
+    # Go writes a nil list as null; a field this SDK does not know stays in raw.
+    body = {"sandbox": "sb-1", "phases": None, "rules": None, "by_severity": None, "grades": None,
+            "guest_enforced": ["writable", "user"], "newer_field": 1}
+    got, _ = _drive(_ops.integrity("sb-1", 30), [httpx.Response(200, json=body)])
+    assert got == libdsec.IntegrityReport(sandbox="sb-1", guest_enforced=["writable", "user"])
+    assert got.raw["newer_field"] == 1
+    got, _ = _drive(_ops.grade("sb-1", "t:1", "x", request_timeout=30),
+                    [httpx.Response(200, json={"sandbox": "sb-1", "grader": "g", "verdict": "error", "cases": None,
+                                               "grader_rules": None, "discarded": None, "integrity": None})])
+    assert got.cases == [] and got.discarded == [] and got.integrity == libdsec.IntegrityReport(sandbox="")
 
 
 def test_body_from_file_is_streamed_and_rewindable() -> None:
