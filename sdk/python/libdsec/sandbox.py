@@ -245,11 +245,11 @@ class Sandbox:
         """The rollout's integrity report: the ``phases`` it went through,
         audit ``rules`` hit with counts, ``by_severity``, ``denied``
         actions, ``suspicious`` (a high or critical rule was hit),
-        ``monitored`` (never on microvm: the node's monitor does not see
+        ``monitored`` (never on the VM tiers: the node's monitor does not see
         inside a guest), ``sealed_grading`` and the ``grades``, and
         ``guest_enforced``: the parts of the phases the sandbox's guest
         applied itself rather than the host (``writable``, ``user``,
-        ``capabilities``, ``processes`` on microvm; empty on container).
+        ``capabilities``, ``processes`` on the VM tiers; empty on container).
         See :class:`IntegrityReport`."""
         return self._client.run(_ops.integrity(self.sandbox_id, self._rt))
 
