@@ -75,11 +75,15 @@ func checkLayout(root, file string, listed map[string]int, packages []string) []
 // modulePackages lists the directories of the module's packages,
 // relative to root.
 func modulePackages(root string) ([]string, error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command("go", "list", "-f", "{{.Dir}}", "./...")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("go list: %w", err)
 	}
 	var pkgs []string
 	for _, dir := range strings.Fields(string(out)) {
