@@ -1,6 +1,9 @@
-// Command dsec-guest is DSec's in-sandbox agent: PID 1 of a container
-// sandbox. It is a small static binary, reached by sandboxes through the
-// read-only toolkit/dsec-guest layer (/opt/dsec/bin/dsec-guest).
+// Command dsec-guest is DSec's in-sandbox binary: PID 1 of a container
+// sandbox (its setup, then the agent), the zygote that forks container
+// sandboxes, and the init and agent of a VM guest; how it was started
+// picks the mode. It is a small static binary, reached by containers
+// through the read-only toolkit/dsec-guest layer
+// (/opt/dsec/bin/dsec-guest) and by VMs as their initramfs's /init.
 package main
 
 import (

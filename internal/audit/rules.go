@@ -29,7 +29,7 @@ type Rule struct {
 	Severity    string `json:"severity"`
 	Description string `json:"description"`
 	// Refs are the security catalogue's attacks and reward hacks the
-	// rule watches for (research/security-catalogue.md: A1–A64, R1–R17).
+	// rule watches for (A1–A64, R1–R17: docs/adversarial.md, "The catalogue").
 	Refs  []string `json:"refs,omitempty"`
 	Match Match    `json:"match"`
 }

@@ -11,7 +11,7 @@
 //     controllers for its children. Limits: memory.max, memory.swap.max=0,
 //     memory.oom.group=1, pids.max, cpu.max, cpu.weight. cgroup.freeze
 //     freezes, cgroup.kill kills.
-//   - hybrid (the development host, machine-facts §0): the resource
+//   - hybrid (the development host, docs/machine.md): the resource
 //     controllers are v1 hierarchies <Root>/<controller> and a cgroup2 tree
 //     without controllers is mounted at <Root>/unified. Each sandbox gets a
 //     directory in the v1 cpu, memory, pids and devices hierarchies AND one

@@ -1,6 +1,6 @@
 package container
 
-// Benchmarks of the container tier (issue 4; figures and how they were
+// Benchmarks of the container tier (figures and how they were
 // taken: docs/bench.md). They need root, like the tier. `make bench` runs
 // them; `go test` skips benchmarks, so none of this slows the tests, and
 // no test asserts a timing.

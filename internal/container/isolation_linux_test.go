@@ -1,7 +1,7 @@
 package container
 
 // The isolation tests of the security catalogue
-// (research/security-catalogue.md §3): each attack runs inside a
+// (docs/adversarial.md): each attack runs inside a
 // container sandbox and the test asserts the safe outcome; each also runs
 // where the defence is absent — on the host as root, in a sandbox without
 // seccomp, against a target the node itself reaches — and the test

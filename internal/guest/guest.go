@@ -1,8 +1,14 @@
-// Package guest is dsec-guest, the agent that runs inside a sandbox: PID 1
-// of a container sandbox (and, later, init of a VM). Today it is a minimal
-// init: it starts one command, forwards signals to it, reaps every child
-// that is reparented to it and exits with the command's status. Exec,
-// files and PTYs over a multiplexed stream come with the container tier.
+// Package guest is the part of dsec-guest that makes a container sandbox.
+// SetupSandbox is the trusted setup that runs inside the sandbox's new
+// namespaces before anything of the image does: mounts, /proc, /dev and
+// /sys with their masks, the /etc files, pivot_root, the capability
+// bounding set and the seccomp filter; it returns the listener the agent
+// (package agent) then serves on. Zygote is the small process that forks
+// sandboxes for the node (SandboxCommand, StartSandbox), SandboxConfig and
+// ZygoteRequest what the node sends them. Main is `dsec-guest init`, a
+// minimal init that runs one command, forwards signals, reaps every child
+// reparented to it and exits with the command's status. A VM guest's init
+// is package vminit.
 //
 // The package is kept small and free of DSec's daemon packages so that the
 // binary stays a few MiB and static (CGO_ENABLED=0).

@@ -34,7 +34,7 @@
 // pipe (net_linux.go). The guest's NIC has the sandbox's MAC, the one the
 // host's neighbour entry names; vminit configures it from vmconfig.Net.
 // A VM that may reach nothing gets no NIC. setNetworkPolicy changes the
-// policy host-side. docs/architecture.md, "Microvm network", says why.
+// policy host-side. docs/design/network.md, "VM sandboxes", says why.
 //
 // # Kernels
 //
@@ -85,7 +85,7 @@
 // is ENOSPC in the guest (Stats' DiskFull); the file goes with the run
 // directory and is never counted against the host's free space: disks
 // are sparse and overcommitted. The guest loads ext4 for it (~130 ms of
-// a TCG boot, see docs/architecture.md "VM upper disk"). With
+// a TCG boot, see docs/design/vm.md, "The upper disk"). With
 // UpperTmpfs the upper is a tmpfs of Spec.DiskMB in the guest: what is
 // written counts against the guest's memory, and filling it can run the
 // guest out of memory before the tmpfs is full.

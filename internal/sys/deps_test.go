@@ -7,7 +7,7 @@ import (
 )
 
 // TestOnlySysImportsUnix keeps golang.org/x/sys/unix out of every package
-// but this one (STYLE: one gateway for syscalls).
+// but this one (one gateway for syscalls: docs/design/conventions.md).
 func TestOnlySysImportsUnix(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "github.com/dsec-dev/dsec/...").CombinedOutput()
 	if err != nil {

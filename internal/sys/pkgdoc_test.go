@@ -10,8 +10,8 @@ import (
 )
 
 // TestPackageDocs requires every package of the module to say what it is
-// for in exactly one "// Package x …" comment (STYLE: rules enforced by
-// tests). Commands (package main) are exempt from the "Package x" form
+// for in exactly one "// Package x …" comment (a rule enforced by a test:
+// docs/design/conventions.md). Commands (package main) are exempt from the "Package x" form
 // but still need a doc comment.
 func TestPackageDocs(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.Dir}} {{.Name}} {{join .GoFiles \" \"}}", "github.com/dsec-dev/dsec/...").CombinedOutput()

@@ -13,8 +13,8 @@ import (
 var sysFinitModule = map[string]uintptr{"amd64": 313, "arm64": 273, "riscv64": 273}[runtime.GOARCH]
 
 // finitModule loads the kernel module in the open file fd with no
-// parameters (finit_module(2)), through package syscall: STYLE keeps
-// golang.org/x/sys/unix to internal/sys, and this is the one call the
+// parameters (finit_module(2)), through package syscall: only
+// internal/sys may import golang.org/x/sys/unix, and this is the one call the
 // guest init needs beyond package syscall.
 func finitModule(fd int) error {
 	if sysFinitModule == 0 {

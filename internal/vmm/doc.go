@@ -21,7 +21,7 @@
 //
 // # Boot watchdog
 //
-// A TCG boot was seen to hang forever (research/machine-facts.md §7), so
+// A TCG boot was seen to hang forever (docs/machine.md, "Virtualisation"), so
 // every boot goes through VM.WaitReady, which kills the VM and fails with
 // code "boot_timeout" if the guest is not ready in time. Every failure path
 // of Start and WaitReady leaves no process, socket or log behind.
@@ -32,7 +32,7 @@
 // fork/exec, no resource-control calls), -nodefaults -no-user-config (only
 // the devices asked for), and no network unless a tap is given. The serial
 // console goes through a socket into a log capped on disk (a guest may
-// flood its console: catalogue A44). Config.User runs QEMU as an
+// flood its console: attack A44, docs/adversarial.md). Config.User runs QEMU as an
 // unprivileged uid and gid with only the supplementary groups given;
 // Config.PassFiles hands it the kernel, initrd and disks as inherited
 // descriptors (/proc/self/fd/<n>), so it needs no access to their

@@ -26,7 +26,7 @@ var errVMExited = errors.New("the VM exited during boot")
 //   - ctx's error if ctx ended first.
 //
 // The error's cause carries the end of the serial console, for logs. A boot
-// under TCG was once seen to hang forever (research/machine-facts.md §7):
+// under TCG was once seen to hang forever (docs/machine.md, "Virtualisation"):
 // every boot needs this watchdog.
 func (vm *VM) WaitReady(ctx context.Context, ready func(context.Context) error, timeout time.Duration) error {
 	rctx, cancel := context.WithCancelCause(ctx)
