@@ -451,10 +451,12 @@ type RenameRequest struct {
 
 // Error is the body of every error response.
 type Error struct {
-	// Code is stable and names the condition, e.g. "sandbox_not_found".
+	// Code is stable and names the condition: one of ErrorCodes, e.g.
+	// CodeSandboxNotFound, or the class's name when none is more precise.
 	Code    string `json:"code"`
 	Message string `json:"message"`
-	// Class is the error class, which determines the HTTP status.
+	// Class is the error class (Class…), which determines the HTTP
+	// status.
 	Class string `json:"class,omitempty"`
 }
 
