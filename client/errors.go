@@ -14,17 +14,17 @@ import (
 
 // Error classes, as sent in the "class" field of error bodies.
 const (
-	ClassInvalid          = "invalid_argument"
-	ClassUnauthenticated  = "unauthenticated"
-	ClassPermissionDenied = "permission_denied"
-	ClassNotFound         = "not_found"
-	ClassConflict         = "conflict"
-	ClassTooLarge         = "too_large"
-	ClassUnsupported      = "unsupported"
-	ClassRateLimited      = "rate_limited"
-	ClassUnavailable      = "unavailable"
-	ClassDeadlineExceeded = "deadline_exceeded"
-	ClassInternal         = "internal"
+	ClassInvalid          = api.ClassInvalid
+	ClassUnauthenticated  = api.ClassUnauthenticated
+	ClassPermissionDenied = api.ClassPermissionDenied
+	ClassNotFound         = api.ClassNotFound
+	ClassConflict         = api.ClassConflict
+	ClassTooLarge         = api.ClassTooLarge
+	ClassUnsupported      = api.ClassUnsupported
+	ClassRateLimited      = api.ClassRateLimited
+	ClassUnavailable      = api.ClassUnavailable
+	ClassDeadlineExceeded = api.ClassDeadlineExceeded
+	ClassInternal         = api.ClassInternal
 )
 
 // Sentinels matched by errors.Is against an *Error of the same class.
@@ -46,7 +46,8 @@ var (
 // event ending a command stream (StatusCode 0).
 type Error struct {
 	StatusCode int
-	// Code is stable and names the condition, e.g. "sandbox_not_found".
+	// Code is stable and names the condition: one of api.ErrorCodes,
+	// e.g. api.CodeSandboxNotFound, or the class's name.
 	Code    string
 	Message string
 	// Class is the error class; when the body did not name one it is

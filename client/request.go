@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/dsec-dev/dsec/api"
 )
 
 // Header values, shared read-only by all requests so that setting them
@@ -106,7 +108,7 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 func retryableStatus(method string, e *Error) bool {
 	switch e.StatusCode {
 	case http.StatusTooManyRequests:
-		return e.Code != "too_many_sandboxes"
+		return e.Code != api.CodeTooManySandboxes
 	case http.StatusServiceUnavailable:
 		return e.RetryAfter > 0 || idempotent(method)
 	}
