@@ -67,7 +67,7 @@ func NormalizeCapabilities(names []string) ([]string, error) {
 			c = "CAP_" + c
 		}
 		if _, ok := grantable[c]; !ok {
-			return nil, errdefs.New(errdefs.Invalid, "invalid_capability",
+			return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCapability,
 				"capability %q cannot be granted; grantable: %s", n, strings.Join(GrantableCapabilities(), ", "))
 		}
 		out = append(out, c)
@@ -113,12 +113,12 @@ func NormalizeExecutables(list []string) ([]string, error) {
 		return nil, nil
 	}
 	if len(list) > maxExecutables {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_executable", "at most %d executables", maxExecutables)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidExecutable, "at most %d executables", maxExecutables)
 	}
 	out := make([]string, 0, len(list))
 	for _, e := range list {
 		bad := func(why string) error {
-			return errdefs.New(errdefs.Invalid, "invalid_executable", "executable %q: %s", e, why)
+			return errdefs.New(errdefs.Invalid, api.CodeInvalidExecutable, "executable %q: %s", e, why)
 		}
 		if !path.IsAbs(e) || strings.ContainsRune(e, 0) || len(e) > 255 {
 			return nil, bad("absolute paths of at most 255 bytes")
@@ -157,7 +157,7 @@ func CheckCapsAndExecutables(req *api.CreateSandboxRequest) error {
 	}
 	noCaps := func(c []string, what string) error {
 		if len(c) > 0 && req.Tier == api.TierFunction {
-			return errdefs.New(errdefs.Unsupported, "tier_has_no_capabilities", "%s: the function tier runs WebAssembly, which has no capabilities", what)
+			return errdefs.New(errdefs.Unsupported, api.CodeTierHasNoCapabilities, "%s: the function tier runs WebAssembly, which has no capabilities", what)
 		}
 		return nil
 	}
@@ -167,7 +167,7 @@ func CheckCapsAndExecutables(req *api.CreateSandboxRequest) error {
 	for i := range req.Phases {
 		p := &req.Phases[i]
 		if p.Capabilities, err = NormalizeCapabilities(p.Capabilities); err != nil {
-			return errdefs.Within(errdefs.Invalid, "invalid_capability", err, "phase %s", p.Name)
+			return errdefs.Within(errdefs.Invalid, api.CodeInvalidCapability, err, "phase %s", p.Name)
 		}
 		if err := noCaps(p.Capabilities, "phase "+p.Name); err != nil {
 			return err
@@ -175,13 +175,13 @@ func CheckCapsAndExecutables(req *api.CreateSandboxRequest) error {
 		if req.Capabilities != nil {
 			for _, c := range p.Capabilities {
 				if !slices.Contains(req.Capabilities, c) {
-					return errdefs.New(errdefs.Invalid, "capability_not_in_sandbox",
+					return errdefs.New(errdefs.Invalid, api.CodeCapabilityNotInSandbox,
 						"phase %s: %s is not among the sandbox's capabilities %v", p.Name, c, req.Capabilities)
 				}
 			}
 		}
 		if p.Executables, err = NormalizeExecutables(p.Executables); err != nil {
-			return errdefs.Within(errdefs.Invalid, "invalid_executable", err, "phase %s", p.Name)
+			return errdefs.Within(errdefs.Invalid, api.CodeInvalidExecutable, err, "phase %s", p.Name)
 		}
 	}
 	return nil

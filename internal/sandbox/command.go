@@ -3,6 +3,7 @@ package sandbox
 import (
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -10,20 +11,20 @@ import (
 func Argv(tier string, caps Capabilities, req *ExecRequest) ([]string, error) {
 	switch {
 	case len(req.Cmd) > 0 && req.Command != "":
-		return nil, errdefs.New(errdefs.Invalid, "invalid_command", "set cmd or command, not both")
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "set cmd or command, not both")
 	case len(req.Cmd) > 0:
 		if req.Cmd[0] == "" {
-			return nil, errdefs.New(errdefs.Invalid, "invalid_command", "cmd[0] is empty")
+			return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "cmd[0] is empty")
 		}
 		return req.Cmd, nil
 	case strings.TrimSpace(req.Command) == "":
-		return nil, errdefs.New(errdefs.Invalid, "invalid_command", "no command given: set cmd or command")
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "no command given: set cmd or command")
 	case caps.Shell:
 		return []string{"/bin/sh", "-c", req.Command}, nil
 	}
 	argv, err := SplitCommand(req.Command)
 	if err != nil {
-		return nil, errdefs.Wrap(errdefs.Unsupported, "no_shell", err,
+		return nil, errdefs.Wrap(errdefs.Unsupported, api.CodeNoShell, err,
 			"the %s tier has no shell: pass argv in cmd, or a command line without shell syntax", tier)
 	}
 	return argv, nil
@@ -52,7 +53,7 @@ func SplitCommand(s string) ([]string, error) {
 			}
 		case c == '\\':
 			if i+1 >= len(s) {
-				return nil, errdefs.New(errdefs.Invalid, "invalid_command", "command ends with a backslash")
+				return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "command ends with a backslash")
 			}
 			i++
 			cur.WriteByte(s[i])
@@ -60,7 +61,7 @@ func SplitCommand(s string) ([]string, error) {
 		case c == '\'':
 			j := strings.IndexByte(s[i+1:], '\'')
 			if j < 0 {
-				return nil, errdefs.New(errdefs.Invalid, "invalid_command", "unterminated single quote")
+				return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "unterminated single quote")
 			}
 			cur.WriteString(s[i+1 : i+1+j])
 			i += j + 1
@@ -69,7 +70,7 @@ func SplitCommand(s string) ([]string, error) {
 			i++
 			for ; i < len(s) && s[i] != '"'; i++ {
 				if s[i] == '$' || s[i] == '`' {
-					return nil, errdefs.New(errdefs.Invalid, "invalid_command", "%q needs a shell", s[i])
+					return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "%q needs a shell", s[i])
 				}
 				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`", s[i+1]) >= 0 {
 					i++
@@ -77,11 +78,11 @@ func SplitCommand(s string) ([]string, error) {
 				cur.WriteByte(s[i])
 			}
 			if i >= len(s) {
-				return nil, errdefs.New(errdefs.Invalid, "invalid_command", "unterminated double quote")
+				return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "unterminated double quote")
 			}
 			inWord = true
 		case strings.IndexByte("|&;<>()$`*?[#~\n", c) >= 0 && !(c == '#' && inWord) && !(c == '~' && inWord):
-			return nil, errdefs.New(errdefs.Invalid, "invalid_command", "%q needs a shell", c)
+			return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "%q needs a shell", c)
 		default:
 			cur.WriteByte(c)
 			inWord = true
@@ -91,7 +92,7 @@ func SplitCommand(s string) ([]string, error) {
 		words = append(words, cur.String())
 	}
 	if len(words) == 0 {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_command", "command is empty")
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "command is empty")
 	}
 	return words, nil
 }

@@ -5,24 +5,17 @@ import (
 	"io/fs"
 	"syscall"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
 // The error codes of a command's working directory, the same on every
-// tier. api/openapi.yaml lists each (components.x-error-codes) with its
-// class; a test keeps the two in step.
+// tier; api.ErrorCodes gives each its class and meaning.
 const (
-	CodeInvalidCwd      = "invalid_cwd"         // a NUL byte, "..", or a directory that cannot be used
-	CodeCwdNotFound     = "cwd_not_found"       // ENOENT, ENOTDIR
-	CodeCwdNotDirectory = "cwd_not_a_directory" // a file, not a directory
+	CodeInvalidCwd      = api.CodeInvalidCwd       // a NUL byte, "..", or a directory that cannot be used
+	CodeCwdNotFound     = api.CodeCwdNotFound      // ENOENT, ENOTDIR
+	CodeCwdNotDirectory = api.CodeCwdNotADirectory // a file, not a directory
 )
-
-// CwdCodes are the working directory's codes and their classes.
-var CwdCodes = map[string]errdefs.Class{
-	CodeInvalidCwd:      errdefs.Invalid,
-	CodeCwdNotFound:     errdefs.NotFound,
-	CodeCwdNotDirectory: errdefs.Invalid,
-}
 
 // CwdError is the error of a command whose working directory dir (a
 // clean absolute path) stats as fi, err: nil for a directory. Tiers check

@@ -7,68 +7,39 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
-// The files API's error codes, the same on every tier. api/openapi.yaml
-// lists each (components.x-error-codes) with its class; a test keeps the
-// two in step.
+// The files API's error codes, the same on every tier; api.ErrorCodes
+// gives each its class and meaning.
 const (
-	CodeInvalidPath        = "invalid_path"           // empty, too long, NUL byte
-	CodePathOutsideRoot    = "path_outside_root"      // "..", or a symlink leading out
-	CodePathIsRoot         = "path_is_root"           // removing or replacing the file root
-	CodeFileNotFound       = "file_not_found"         // ENOENT
-	CodeParentNotFound     = "parent_not_found"       // a write's directory is missing
-	CodeParentNotDirectory = "parent_not_directory"   // ENOTDIR: a file where a directory should be
-	CodeNotADirectory      = "not_a_directory"        // listing a file
-	CodeIsADirectory       = "is_a_directory"         // EISDIR: reading or writing a directory
-	CodeNotAFile           = "not_a_file"             // a FIFO, socket or device; ENXIO, ENODEV
-	CodeNameTooLong        = "name_too_long"          // ENAMETOOLONG
-	CodeSymlinkLoop        = "symlink_loop"           // ELOOP
-	CodeFileExists         = "file_exists"            // EEXIST
-	CodeDirectoryNotEmpty  = "directory_not_empty"    // ENOTEMPTY
-	CodeInvalidOperation   = "invalid_file_operation" // EINVAL, e.g. a directory moved into itself
-	CodeCrossDevice        = "cross_device"           // EXDEV: a rename across file systems
-	CodeFileBusy           = "file_busy"              // EBUSY, ETXTBSY
-	CodeWorkspaceFull      = "workspace_full"         // ENOSPC, EDQUOT
-	CodeFileTooLarge       = "file_too_large"         // EFBIG, or past WriteOptions.MaxBytes
-	CodeTooManyEntries     = "too_many_entries"       // a listing past MaxListEntries
-	CodeReadOnly           = "read_only"              // EROFS: a read-only file system
-	CodeReadOnlyPath       = "read_only_path"         // a path the phase does not let be written
-	CodePermissionDenied   = "permission_denied"      // EACCES, EPERM
-	CodeTooManyOpenFiles   = "too_many_open_files"    // EMFILE, ENFILE
-	CodeFileIOError        = "file_io_error"          // EIO, and any errno not listed here
-	CodeCanceled           = "canceled"               // the request or the sandbox ended
+	CodeInvalidPath        = api.CodeInvalidPath          // empty, too long, NUL byte
+	CodePathOutsideRoot    = api.CodePathOutsideRoot      // "..", or a symlink leading out
+	CodePathIsRoot         = api.CodePathIsRoot           // removing or replacing the file root
+	CodeFileNotFound       = api.CodeFileNotFound         // ENOENT
+	CodeParentNotFound     = api.CodeParentNotFound       // a write's directory is missing
+	CodeParentNotDirectory = api.CodeParentNotDirectory   // ENOTDIR: a file where a directory should be
+	CodeNotADirectory      = api.CodeNotADirectory        // listing a file
+	CodeIsADirectory       = api.CodeIsADirectory         // EISDIR: reading or writing a directory
+	CodeNotAFile           = api.CodeNotAFile             // a FIFO, socket or device; ENXIO, ENODEV
+	CodeNameTooLong        = api.CodeNameTooLong          // ENAMETOOLONG
+	CodeSymlinkLoop        = api.CodeSymlinkLoop          // ELOOP
+	CodeFileExists         = api.CodeFileExists           // EEXIST
+	CodeDirectoryNotEmpty  = api.CodeDirectoryNotEmpty    // ENOTEMPTY
+	CodeInvalidOperation   = api.CodeInvalidFileOperation // EINVAL, e.g. a directory moved into itself
+	CodeCrossDevice        = api.CodeCrossDevice          // EXDEV: a rename across file systems
+	CodeFileBusy           = api.CodeFileBusy             // EBUSY, ETXTBSY
+	CodeWorkspaceFull      = api.CodeWorkspaceFull        // ENOSPC, EDQUOT
+	CodeFileTooLarge       = api.CodeFileTooLarge         // EFBIG, or past WriteOptions.MaxBytes
+	CodeTooManyEntries     = api.CodeTooManyEntries       // a listing past MaxListEntries
+	CodeReadOnly           = api.CodeReadOnly             // EROFS: a read-only file system
+	CodeReadOnlyPath       = api.CodeReadOnlyPath         // a path the phase does not let be written
+	CodePermissionDenied   = api.CodePermissionDenied     // EACCES, EPERM
+	CodeTooManyOpenFiles   = api.CodeTooManyOpenFiles     // EMFILE, ENFILE
+	CodeFileIOError        = api.CodeFileIOError          // EIO, and any errno not listed here
+	CodeCanceled           = api.CodeCanceled             // the request or the sandbox ended
 )
-
-// FileCodes are the files API's codes and their classes.
-var FileCodes = map[string]errdefs.Class{
-	CodeInvalidPath:        errdefs.Invalid,
-	CodePathOutsideRoot:    errdefs.Invalid,
-	CodePathIsRoot:         errdefs.Invalid,
-	CodeFileNotFound:       errdefs.NotFound,
-	CodeParentNotFound:     errdefs.NotFound,
-	CodeParentNotDirectory: errdefs.NotFound,
-	CodeNotADirectory:      errdefs.Invalid,
-	CodeIsADirectory:       errdefs.Invalid,
-	CodeNotAFile:           errdefs.Invalid,
-	CodeNameTooLong:        errdefs.Invalid,
-	CodeSymlinkLoop:        errdefs.Invalid,
-	CodeFileExists:         errdefs.Conflict,
-	CodeDirectoryNotEmpty:  errdefs.Conflict,
-	CodeInvalidOperation:   errdefs.Invalid,
-	CodeCrossDevice:        errdefs.Invalid,
-	CodeFileBusy:           errdefs.Conflict,
-	CodeWorkspaceFull:      errdefs.TooLarge,
-	CodeFileTooLarge:       errdefs.TooLarge,
-	CodeTooManyEntries:     errdefs.TooLarge,
-	CodeReadOnly:           errdefs.PermissionDenied,
-	CodeReadOnlyPath:       errdefs.PermissionDenied,
-	CodePermissionDenied:   errdefs.PermissionDenied,
-	CodeTooManyOpenFiles:   errdefs.Unavailable,
-	CodeFileIOError:        errdefs.Internal,
-	CodeCanceled:           errdefs.Unavailable,
-}
 
 // MaxListEntries bounds the entries of one listing on every tier.
 const MaxListEntries = 1 << 16

@@ -14,7 +14,7 @@ func ParseUser(s string) (uid, gid uint32, err error) {
 	if s == "" || s == "root" {
 		return 0, 0, nil
 	}
-	bad := errdefs.New(errdefs.Invalid, "invalid_user", "user %q: root, uid or uid:gid", s)
+	bad := errdefs.New(errdefs.Invalid, api.CodeInvalidUser, "user %q: root, uid or uid:gid", s)
 	us, gs, hasGid := strings.Cut(s, ":")
 	u, err := strconv.ParseUint(us, 10, 31)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -41,9 +42,9 @@ func (r *Registry) Lookup(tier string) (Runtime, error) {
 		return rt, nil
 	}
 	if !KnownTier(tier) {
-		return nil, errdefs.New(errdefs.Invalid, "unknown_tier", "unknown tier %q (tiers: function, container, microvm, vm)", tier)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeUnknownTier, "unknown tier %q (tiers: function, container, microvm, vm)", tier)
 	}
-	return nil, errdefs.New(errdefs.Unsupported, "tier_unavailable", "tier %q is not available on this node", tier)
+	return nil, errdefs.New(errdefs.Unsupported, api.CodeTierUnavailable, "tier %q is not available on this node", tier)
 }
 
 // All returns the registered runtimes ordered by tier name.

@@ -21,7 +21,7 @@ func CheckTransition(from, to api.State) error {
 	if slices.Contains(transitions[from], to) {
 		return nil
 	}
-	return errdefs.New(errdefs.Conflict, "invalid_state_transition", "sandbox cannot go from %s to %s", from, to)
+	return errdefs.New(errdefs.Conflict, api.CodeInvalidStateTransition, "sandbox cannot go from %s to %s", from, to)
 }
 
 // Final reports whether s is a final state.
