@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -104,7 +105,7 @@ type PeerConn interface {
 // It relies on the agent being PID 1 of the sandbox's own pid namespace.
 func RequireOutsidePIDNamespace(p Peer) error {
 	if p.Pid != 0 {
-		return errdefs.New(errdefs.PermissionDenied, "peer_in_sandbox",
+		return errdefs.New(errdefs.PermissionDenied, api.CodePeerInSandbox,
 			"refusing a connection from pid %d inside the sandbox (uid %d)", p.Pid, p.Uid)
 	}
 	return nil
@@ -112,7 +113,7 @@ func RequireOutsidePIDNamespace(p Peer) error {
 
 func (o *Options) withDefaults() error {
 	if o.Listener == nil {
-		return fmt.Errorf("agent: %w", errdefs.New(errdefs.Invalid, "no_listener", "no listener given"))
+		return fmt.Errorf("agent: %w", errdefs.New(errdefs.Invalid, api.CodeNoListener, "no listener given"))
 	}
 	if o.MaxOutput <= 0 {
 		o.MaxOutput = DefaultMaxOutput

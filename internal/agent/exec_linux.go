@@ -267,7 +267,7 @@ func (p *proc) writeStdin(ctx context.Context, b []byte) error {
 	defer p.stdinMu.Unlock()
 	w := p.stdin
 	if w == nil || p.stdinShut.Load() {
-		return errdefs.New(errdefs.Conflict, "stdin_closed", "the standard input of process %d is closed", p.pid)
+		return errdefs.New(errdefs.Conflict, api.CodeStdinClosed, "the standard input of process %d is closed", p.pid)
 	}
 	stop := make(chan struct{})
 	stopped := make(chan struct{})
@@ -287,11 +287,11 @@ func (p *proc) writeStdin(ctx context.Context, b []byte) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, os.ErrClosed) || errors.Is(err, syscall.EPIPE) || p.stdinShut.Load():
-		return errdefs.Wrap(errdefs.Conflict, "stdin_closed", err, "the standard input of process %d is closed", p.pid)
+		return errdefs.Wrap(errdefs.Conflict, api.CodeStdinClosed, err, "the standard input of process %d is closed", p.pid)
 	case ctx.Err() != nil:
-		return errdefs.Wrap(errdefs.DeadlineExceeded, "stdin_timeout", err, "process %d did not read its standard input", p.pid)
+		return errdefs.Wrap(errdefs.DeadlineExceeded, api.CodeStdinTimeout, err, "process %d did not read its standard input", p.pid)
 	}
-	return errdefs.Wrap(errdefs.Internal, "stdin_failed", err, "writing to process %d", p.pid)
+	return errdefs.Wrap(errdefs.Internal, api.CodeStdinFailed, err, "writing to process %d", p.pid)
 }
 
 // closeStdin closes a background process's stdin (a write in progress
@@ -395,7 +395,7 @@ func (a *agent) attach(c *agentproto.Call) {
 			continue
 		case <-p.done:
 		case <-c.Context().Done():
-			c.Reply(nil, errdefs.New(errdefs.Unavailable, "canceled", "attach cancelled"))
+			c.Reply(nil, errdefs.New(errdefs.Unavailable, api.CodeCanceled, "attach cancelled"))
 			return
 		}
 		// The pumps have ended: what is buffered is all there is.
@@ -428,7 +428,7 @@ func (a *agent) wait(c *agentproto.Call) {
 	select {
 	case <-p.done:
 	case <-c.Context().Done():
-		c.Reply(nil, errdefs.New(errdefs.Unavailable, "canceled", "wait cancelled"))
+		c.Reply(nil, errdefs.New(errdefs.Unavailable, api.CodeCanceled, "wait cancelled"))
 		return
 	}
 	out, _ := p.stdout.Result()
@@ -514,7 +514,7 @@ func (a *agent) signal(c *agentproto.Call) {
 	}
 	sig, ok := signals[name]
 	if !ok {
-		c.Reply(nil, errdefs.New(errdefs.Invalid, "invalid_signal", "unknown signal %q", args.Signal))
+		c.Reply(nil, errdefs.New(errdefs.Invalid, api.CodeInvalidSignal, "unknown signal %q", args.Signal))
 		return
 	}
 	p, err := a.lookup(args.Pid, false)
@@ -524,10 +524,10 @@ func (a *agent) signal(c *agentproto.Call) {
 	}
 	if err := theReaper.signalGroup(p, sig); err != nil {
 		if errors.Is(err, syscall.ESRCH) {
-			c.Reply(nil, errdefs.New(errdefs.Conflict, "process_exited", "process %d has exited", p.pid))
+			c.Reply(nil, errdefs.New(errdefs.Conflict, api.CodeProcessExited, "process %d has exited", p.pid))
 			return
 		}
-		c.Reply(nil, errdefs.Wrap(errdefs.Internal, "signal_failed", err, "signalling process %d", p.pid))
+		c.Reply(nil, errdefs.Wrap(errdefs.Internal, api.CodeSignalFailed, err, "signalling process %d", p.pid))
 		return
 	}
 	c.Reply(struct{}{}, nil)
@@ -540,7 +540,7 @@ func (a *agent) resize(c *agentproto.Call) {
 		return
 	}
 	if args.Rows == 0 || args.Cols == 0 {
-		c.Reply(nil, errdefs.New(errdefs.Invalid, "invalid_size", "terminal size %dx%d", args.Rows, args.Cols))
+		c.Reply(nil, errdefs.New(errdefs.Invalid, api.CodeInvalidSize, "terminal size %dx%d", args.Rows, args.Cols))
 		return
 	}
 	p, err := a.lookup(args.Pid, false)
@@ -549,12 +549,12 @@ func (a *agent) resize(c *agentproto.Call) {
 		return
 	}
 	if p.pty == nil {
-		c.Reply(nil, errdefs.New(errdefs.Invalid, "no_pty", "process %d has no terminal", p.pid))
+		c.Reply(nil, errdefs.New(errdefs.Invalid, api.CodeNoPty, "process %d has no terminal", p.pid))
 		return
 	}
 	if err := sys.SetWinsize(p.pty, args.Rows, args.Cols); err != nil {
 		if p.hasExited() {
-			err = errdefs.Wrap(errdefs.Conflict, "process_exited", err, "process %d has exited", p.pid)
+			err = errdefs.Wrap(errdefs.Conflict, api.CodeProcessExited, err, "process %d has exited", p.pid)
 		}
 		c.Reply(nil, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -38,7 +39,7 @@ const (
 
 func (a *agent) phase(c *agentproto.Call) {
 	if !a.opt.Phases {
-		c.Reply(nil, errdefs.New(errdefs.Unsupported, "phase_unsupported", "this agent does not apply phases: its host does"))
+		c.Reply(nil, errdefs.New(errdefs.Unsupported, api.CodePhaseUnsupported, "this agent does not apply phases: its host does"))
 		return
 	}
 	var args agentproto.PhaseArgs
@@ -52,12 +53,12 @@ func (a *agent) phase(c *agentproto.Call) {
 	defer cancel()
 	killed, err := killOthers(ctx)
 	if err != nil {
-		c.Reply(nil, errdefs.Wrap(errdefs.Internal, "phase_kill_failed", err, "ending the earlier phase's processes"))
+		c.Reply(nil, errdefs.Wrap(errdefs.Internal, api.CodePhaseKillFailed, err, "ending the earlier phase's processes"))
 		return
 	}
 	if args.NoRoot {
 		if err := noRoot(); err != nil {
-			c.Reply(nil, errdefs.Wrap(errdefs.Internal, "phase_noroot_failed", err, "restricting root's capabilities"))
+			c.Reply(nil, errdefs.Wrap(errdefs.Internal, api.CodePhaseNoRootFailed, err, "restricting root's capabilities"))
 			return
 		}
 	}
@@ -158,10 +159,10 @@ func (a *agent) setWritable(writable []string) error {
 	var ue *sys.UnbindableError
 	switch {
 	case errors.As(err, &ue):
-		return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", ue.Err, "writable path %s", ue.Path)
+		return errdefs.Wrap(errdefs.Invalid, api.CodePhaseWritablePath, ue.Err, "writable path %s", ue.Path)
 	case err != nil:
 		a.writable = []string{}
-		return errdefs.Wrap(errdefs.Internal, "phase_writable_failed", err, "applying the writable paths")
+		return errdefs.Wrap(errdefs.Internal, api.CodePhaseWritableFailed, err, "applying the writable paths")
 	}
 	a.writable = slices.Clone(writable)
 	if writable != nil && a.writable == nil {

@@ -120,7 +120,7 @@ func exitCode(ws syscall.WaitStatus) int {
 // pipe open even if the request gives no stdin, and collects its output.
 func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio, error) {
 	if len(args.Argv) == 0 || args.Argv[0] == "" {
-		return nil, stdio{}, errdefs.New(errdefs.Invalid, "invalid_command", "no command given")
+		return nil, stdio{}, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "no command given")
 	}
 	dir, err := a.cwd(args.Cwd)
 	if err != nil {
@@ -138,7 +138,7 @@ func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio,
 	n := len(a.procs)
 	a.mu.Unlock()
 	if n >= maxProcs {
-		return nil, stdio{}, errdefs.New(errdefs.RateLimited, "too_many_processes", "the agent already tracks %d processes", n)
+		return nil, stdio{}, errdefs.New(errdefs.RateLimited, api.CodeTooManyProcesses, "the agent already tracks %d processes", n)
 	}
 
 	var (
@@ -156,7 +156,7 @@ func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio,
 	if args.PTY != nil {
 		master, tty, err := sys.OpenPTY()
 		if err != nil {
-			return nil, stdio{}, errdefs.Wrap(errdefs.Unavailable, "pty_unavailable", err, "no pseudo-terminal available")
+			return nil, stdio{}, errdefs.Wrap(errdefs.Unavailable, api.CodePtyUnavailable, err, "no pseudo-terminal available")
 		}
 		rows, cols := args.PTY.Rows, args.PTY.Cols
 		if rows == 0 {
@@ -175,17 +175,17 @@ func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio,
 	} else {
 		inR, inW, err := os.Pipe()
 		if err != nil {
-			return nil, stdio{}, errdefs.Wrap(errdefs.Unavailable, "no_resources", err, "creating pipes")
+			return nil, stdio{}, errdefs.Wrap(errdefs.Unavailable, api.CodeNoResources, err, "creating pipes")
 		}
 		outR, outW, err := os.Pipe()
 		if err != nil {
 			closeAll(inR, inW)
-			return nil, stdio{}, errdefs.Wrap(errdefs.Unavailable, "no_resources", err, "creating pipes")
+			return nil, stdio{}, errdefs.Wrap(errdefs.Unavailable, api.CodeNoResources, err, "creating pipes")
 		}
 		errR, errW, err := os.Pipe()
 		if err != nil {
 			closeAll(inR, inW, outR, outW)
-			return nil, stdio{}, errdefs.Wrap(errdefs.Unavailable, "no_resources", err, "creating pipes")
+			return nil, stdio{}, errdefs.Wrap(errdefs.Unavailable, api.CodeNoResources, err, "creating pipes")
 		}
 		io = stdio{stdin: inW, stdout: outR, stderr: errR}
 		child = []*os.File{inR, outW, errW}
@@ -256,17 +256,17 @@ func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio,
 func startError(name string, err error) error {
 	switch {
 	case errors.Is(err, syscall.ENOENT):
-		return errdefs.Wrap(errdefs.NotFound, "command_not_found", err, "command %q not found", name)
+		return errdefs.Wrap(errdefs.NotFound, api.CodeCommandNotFound, err, "command %q not found", name)
 	case errors.Is(err, syscall.EACCES):
-		return errdefs.Wrap(errdefs.PermissionDenied, "command_not_executable", err, "command %q is not executable", name)
+		return errdefs.Wrap(errdefs.PermissionDenied, api.CodeCommandNotExecutable, err, "command %q is not executable", name)
 	case errors.Is(err, syscall.ENOEXEC):
-		return errdefs.Wrap(errdefs.Invalid, "exec_format_error", err, "command %q is not a program this sandbox can run", name)
+		return errdefs.Wrap(errdefs.Invalid, api.CodeExecFormatError, err, "command %q is not a program this sandbox can run", name)
 	case errors.Is(err, syscall.E2BIG):
-		return errdefs.Wrap(errdefs.TooLarge, "arguments_too_large", err, "the arguments and environment of %q are too large", name)
+		return errdefs.Wrap(errdefs.TooLarge, api.CodeArgumentsTooLarge, err, "the arguments and environment of %q are too large", name)
 	case errors.Is(err, syscall.EPERM):
-		return errdefs.Wrap(errdefs.PermissionDenied, "user_not_permitted", err, "cannot run %q as the requested user", name)
+		return errdefs.Wrap(errdefs.PermissionDenied, api.CodeUserNotPermitted, err, "cannot run %q as the requested user", name)
 	}
-	return errdefs.Wrap(errdefs.Internal, "start_failed", err, "starting %q", name)
+	return errdefs.Wrap(errdefs.Internal, api.CodeStartFailed, err, "starting %q", name)
 }
 
 // env builds a command's environment: the defaults with the request's
@@ -292,7 +292,7 @@ func (a *agent) env(req map[string]string, dir string, tty bool) ([]string, erro
 	for _, k := range keys {
 		v := req[k]
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return nil, errdefs.New(errdefs.Invalid, "invalid_env", "invalid environment variable %q", k)
+			return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidEnv, "invalid environment variable %q", k)
 		}
 		set(k, v)
 	}
@@ -351,7 +351,7 @@ func (a *agent) nodePath(dir string) string {
 // (relative to dir).
 func lookPath(name string, env []string, dir string) (string, error) {
 	if strings.IndexByte(name, 0) >= 0 {
-		return "", errdefs.New(errdefs.Invalid, "invalid_command", "the command contains a NUL byte")
+		return "", errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "the command contains a NUL byte")
 	}
 	if strings.Contains(name, "/") {
 		return name, nil
@@ -368,7 +368,7 @@ func lookPath(name string, env []string, dir string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", errdefs.New(errdefs.NotFound, "command_not_found", "command %q not found in PATH", name)
+	return "", errdefs.New(errdefs.NotFound, api.CodeCommandNotFound, "command %q not found in PATH", name)
 }
 
 // forget drops a process from the table.
@@ -386,7 +386,7 @@ func (a *agent) lookup(pid int, background bool) (*proc, error) {
 	p := a.procs[pid]
 	a.mu.Unlock()
 	if p == nil || background && !p.background {
-		return nil, errdefs.New(errdefs.NotFound, "process_not_found", "no process %d", pid)
+		return nil, errdefs.New(errdefs.NotFound, api.CodeProcessNotFound, "no process %d", pid)
 	}
 	return p, nil
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
@@ -69,7 +70,7 @@ func Run(ctx context.Context, opt Options) error {
 	defer opt.Listener.Close()
 	root, err := os.OpenRoot(opt.Root)
 	if err != nil {
-		return errdefs.Wrap(errdefs.Invalid, "bad_root", err, "opening the file root %s", opt.Root)
+		return errdefs.Wrap(errdefs.Invalid, api.CodeBadRoot, err, "opening the file root %s", opt.Root)
 	}
 	defer root.Close()
 	a := &agent{
@@ -83,7 +84,7 @@ func Run(ctx context.Context, opt Options) error {
 	if opt.CommandCgroup != "" {
 		f, err := os.OpenFile(opt.CommandCgroup, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 		if err != nil {
-			return errdefs.Wrap(errdefs.Invalid, "bad_cgroup", err, "opening the commands' cgroup %s", opt.CommandCgroup)
+			return errdefs.Wrap(errdefs.Invalid, api.CodeBadCgroup, err, "opening the commands' cgroup %s", opt.CommandCgroup)
 		}
 		defer f.Close()
 		a.cgroup = f
@@ -184,7 +185,7 @@ func (a *agent) accept(ctx context.Context, wg *sync.WaitGroup) error {
 // admit checks a new connection's peer.
 func (a *agent) admit(conn net.Conn) error {
 	if a.conns.Load() >= maxConns {
-		return errdefs.New(errdefs.RateLimited, "too_many_connections", "%d connections already", maxConns)
+		return errdefs.New(errdefs.RateLimited, api.CodeTooManyConnections, "%d connections already", maxConns)
 	}
 	if pc, ok := conn.(PeerConn); ok {
 		cred, err := pc.PeerCred()
@@ -195,7 +196,7 @@ func (a *agent) admit(conn net.Conn) error {
 	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
-		return errdefs.New(errdefs.PermissionDenied, "peer_unknown", "a %T has no peer credentials", conn)
+		return errdefs.New(errdefs.PermissionDenied, api.CodePeerUnknown, "a %T has no peer credentials", conn)
 	}
 	cred, err := sys.PeerCred(sc)
 	if err != nil {
@@ -246,7 +247,7 @@ func (a *agent) handle(c *agentproto.Call) {
 	case agentproto.OpPhase:
 		a.phase(c)
 	default:
-		c.Reply(nil, errdefs.New(errdefs.Unsupported, "unknown_op", "the agent has no %q operation", c.Op))
+		c.Reply(nil, errdefs.New(errdefs.Unsupported, api.CodeUnknownOp, "the agent has no %q operation", c.Op))
 	}
 }
 
