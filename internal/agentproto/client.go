@@ -155,7 +155,7 @@ func (c *Client) Hello(ctx context.Context) (Hello, error) {
 		return Hello{}, err
 	}
 	if h.Protocol != Protocol {
-		return h, errdefs.New(errdefs.Unsupported, "agent_protocol_mismatch", "the sandbox agent speaks protocol %d, the node %d", h.Protocol, Protocol)
+		return h, errdefs.New(errdefs.Unsupported, api.CodeAgentProtocolMismatch, "the sandbox agent speaks protocol %d, the node %d", h.Protocol, Protocol)
 	}
 	return h, nil
 }
@@ -228,7 +228,7 @@ func (c *Client) Phase(ctx context.Context, args PhaseArgs) (PhaseResult, error)
 // Resize sets the terminal size of a process started with a PTY.
 func (c *Client) Resize(ctx context.Context, pid int, rows, cols int) error {
 	if rows <= 0 || cols <= 0 || rows > 0xffff || cols > 0xffff {
-		return errdefs.New(errdefs.Invalid, "invalid_size", "terminal size %dx%d is out of range", rows, cols)
+		return errdefs.New(errdefs.Invalid, api.CodeInvalidSize, "terminal size %dx%d is out of range", rows, cols)
 	}
 	return c.unary(ctx, OpResize, ResizeArgs{Pid: pid, Rows: uint16(rows), Cols: uint16(cols)}, nil)
 }

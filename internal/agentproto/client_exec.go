@@ -73,7 +73,7 @@ func (o Output) streaming() bool { return o.Stdout != nil || o.Stderr != nil }
 
 func (r *ExecRequest) args() (ExecArgs, io.Reader, error) {
 	if len(r.Argv) == 0 || r.Argv[0] == "" {
-		return ExecArgs{}, nil, errdefs.New(errdefs.Invalid, "invalid_command", "no command given")
+		return ExecArgs{}, nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "no command given")
 	}
 	a := ExecArgs{
 		Argv:           r.Argv,
@@ -262,14 +262,14 @@ func (c *Client) feed(ctx context.Context, st *stream, r io.Reader) {
 // and closed). A timeout, if set, kills it like Exec's.
 func (c *Client) Start(ctx context.Context, req ExecRequest) (api.Process, error) {
 	if req.StdinReader != nil {
-		return api.Process{}, errdefs.New(errdefs.Invalid, "invalid_stdin", "a background process takes stdin through WriteStdin, not a reader")
+		return api.Process{}, errdefs.New(errdefs.Invalid, api.CodeInvalidStdin, "a background process takes stdin through WriteStdin, not a reader")
 	}
 	args, stdin, err := req.args()
 	if err != nil {
 		return api.Process{}, err
 	}
 	if stdin != nil {
-		return api.Process{}, errdefs.New(errdefs.TooLarge, "stdin_too_large", "a background process's stdin string is limited to %d bytes; use WriteStdin", maxStdinInline)
+		return api.Process{}, errdefs.New(errdefs.TooLarge, api.CodeStdinTooLarge, "a background process's stdin string is limited to %d bytes; use WriteStdin", maxStdinInline)
 	}
 	args.Background = true
 	var p api.Process

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -42,12 +43,12 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, logger *slog.Logger, ha
 				// fails that call, as net/http does for a request.
 				if v := recover(); v != nil {
 					s.logger.Error("panic serving a call", "op", c.Op, "panic", v, "stack", string(debug.Stack()))
-					c.Reply(nil, errdefs.New(errdefs.Internal, "agent_panic", "the agent failed serving the %s call", c.Op))
+					c.Reply(nil, errdefs.New(errdefs.Internal, api.CodeAgentPanic, "the agent failed serving the %s call", c.Op))
 				}
 			}()
 			handle(c)
 			if !c.replied {
-				c.Reply(nil, errdefs.New(errdefs.Internal, "no_reply", "the agent did not answer the %s call", c.Op))
+				c.Reply(nil, errdefs.New(errdefs.Internal, api.CodeNoReply, "the agent did not answer the %s call", c.Op))
 			}
 		}()
 	}
@@ -93,7 +94,7 @@ func (c *Call) Decode(v any) error {
 		return nil
 	}
 	if err := decodeJSON(c.args, v); err != nil {
-		return errdefs.Wrap(errdefs.Invalid, "bad_request", err, "undecodable %s arguments", c.Op)
+		return errdefs.Wrap(errdefs.Invalid, api.CodeBadRequest, err, "undecodable %s arguments", c.Op)
 	}
 	return nil
 }
@@ -134,7 +135,7 @@ func (c *Call) Event(v any) error {
 		return err
 	}
 	if len(payload) > MaxControlPayload {
-		return errdefs.New(errdefs.Internal, "event_too_large", "event of %d bytes", len(payload))
+		return errdefs.New(errdefs.Internal, api.CodeEventTooLarge, "event of %d bytes", len(payload))
 	}
 	return c.st.s.enqueue(c.ctx, Frame{Type: FrameEvent, Stream: c.st.id, Payload: payload})
 }
@@ -159,7 +160,7 @@ func (c *Call) Reply(result any, err error) error {
 	}
 	payload, err := encodeJSON(r)
 	if err == nil && len(payload) > MaxPayload {
-		payload, err = encodeJSON(Reply{Error: EncodeError(errdefs.New(errdefs.TooLarge, "reply_too_large", "the %s reply is %d bytes, more than %d", c.Op, len(payload), MaxPayload))})
+		payload, err = encodeJSON(Reply{Error: EncodeError(errdefs.New(errdefs.TooLarge, api.CodeReplyTooLarge, "the %s reply is %d bytes, more than %d", c.Op, len(payload), MaxPayload))})
 	}
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -29,12 +30,12 @@ var errPeerEnded = errors.New("the call has ended")
 
 // errGone is the error of calls on a session whose connection ended.
 func errGone(cause error) error {
-	return errdefs.Wrap(errdefs.Unavailable, "agent_gone", cause, "the sandbox agent's connection is closed")
+	return errdefs.Wrap(errdefs.Unavailable, api.CodeAgentGone, cause, "the sandbox agent's connection is closed")
 }
 
 // violation is a peer breaking the protocol; the session ends with it.
 func violation(format string, args ...any) error {
-	return errdefs.New(errdefs.Unavailable, "agent_protocol_error", "the sandbox agent broke the protocol: "+format, args...)
+	return errdefs.New(errdefs.Unavailable, api.CodeAgentProtocolError, "the sandbox agent broke the protocol: "+format, args...)
 }
 
 // session is one multiplexed connection, on either end. One goroutine
@@ -222,7 +223,7 @@ func (s *session) dispatch(f Frame) error {
 		}
 		if len(s.streams) >= maxCalls {
 			s.mu.Unlock()
-			payload, _ := encodeJSON(Reply{Error: EncodeError(errdefs.New(errdefs.RateLimited, "too_many_calls", "more than %d calls at once on one connection", maxCalls))})
+			payload, _ := encodeJSON(Reply{Error: EncodeError(errdefs.New(errdefs.RateLimited, api.CodeTooManyCalls, "more than %d calls at once on one connection", maxCalls))})
 			// The writer may be stalled; refusing must not stall the reader.
 			select {
 			case s.out <- Frame{Type: FrameReply, Stream: f.Stream, Payload: payload}:
@@ -262,7 +263,7 @@ func (s *session) open(ctx context.Context, op string, args any) (*stream, error
 		return nil, err
 	}
 	if len(payload) > MaxPayload {
-		return nil, errdefs.New(errdefs.TooLarge, "request_too_large", "the %s request is %d bytes, more than %d", op, len(payload), MaxPayload)
+		return nil, errdefs.New(errdefs.TooLarge, api.CodeRequestTooLarge, "the %s request is %d bytes, more than %d", op, len(payload), MaxPayload)
 	}
 	s.mu.Lock()
 	select {
@@ -439,7 +440,7 @@ func (st *stream) next(ctx context.Context, idle time.Duration) (Frame, error) {
 		case <-ctx.Done():
 			return Frame{}, ctxError(ctx)
 		case <-timer:
-			return Frame{}, errdefs.New(errdefs.DeadlineExceeded, "agent_timeout", "the sandbox agent sent nothing for %v", idle)
+			return Frame{}, errdefs.New(errdefs.DeadlineExceeded, api.CodeAgentTimeout, "the sandbox agent sent nothing for %v", idle)
 		}
 	}
 }
@@ -491,7 +492,7 @@ func (st *stream) sendData(ctx context.Context, idle time.Duration, ch Channel, 
 		case <-ctx.Done():
 			return ctxError(ctx)
 		case <-timer:
-			return errdefs.New(errdefs.DeadlineExceeded, "agent_timeout", "the sandbox agent took no data for %v", idle)
+			return errdefs.New(errdefs.DeadlineExceeded, api.CodeAgentTimeout, "the sandbox agent took no data for %v", idle)
 		}
 	}
 }
@@ -526,7 +527,7 @@ func (st *stream) abandon() {
 func ctxError(ctx context.Context) error {
 	err := ctx.Err()
 	if errors.Is(err, context.DeadlineExceeded) {
-		return errdefs.Wrap(errdefs.DeadlineExceeded, "deadline_exceeded", err, "the call to the sandbox agent ran out of time")
+		return errdefs.Wrap(errdefs.DeadlineExceeded, api.CodeDeadlineExceeded, err, "the call to the sandbox agent ran out of time")
 	}
 	if cause := context.Cause(ctx); cause != nil && cause != err {
 		return fmt.Errorf("%w (%w)", err, cause)
