@@ -76,7 +76,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // data and bodies over the limit are errors.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return errdefs.New(errdefs.Invalid, "unsupported_content_type", "content type must be application/json, not %q", ct)
+		return errdefs.New(errdefs.Invalid, wire.CodeUnsupportedContentType, "content type must be application/json, not %q", ct)
 	}
 	body := http.MaxBytesReader(w, r.Body, s.opt.MaxBodyBytes)
 	dec := json.NewDecoder(body)
@@ -89,7 +89,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		if errors.As(err, &mbe) {
 			return decodeError(err, s.opt.MaxBodyBytes)
 		}
-		return errdefs.New(errdefs.Invalid, "invalid_json", "request body has data after the JSON object")
+		return errdefs.New(errdefs.Invalid, wire.CodeInvalidJSON, "request body has data after the JSON object")
 	}
 	return nil
 }
@@ -100,15 +100,15 @@ func decodeError(err error, limit int64) error {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &mbe):
-		return errdefs.New(errdefs.TooLarge, "body_too_large", "request body is larger than %d bytes", limit)
+		return errdefs.New(errdefs.TooLarge, wire.CodeBodyTooLarge, "request body is larger than %d bytes", limit)
 	case errors.Is(err, io.EOF):
-		return errdefs.New(errdefs.Invalid, "empty_body", "request body is empty; a JSON object is required")
+		return errdefs.New(errdefs.Invalid, wire.CodeEmptyBody, "request body is empty; a JSON object is required")
 	case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF):
-		return errdefs.New(errdefs.Invalid, "invalid_json", "request body is not valid JSON: %v", err)
+		return errdefs.New(errdefs.Invalid, wire.CodeInvalidJSON, "request body is not valid JSON: %v", err)
 	case errors.As(err, &typ):
-		return errdefs.New(errdefs.Invalid, "invalid_field", "field %q must be %s", typ.Field, typ.Type)
+		return errdefs.New(errdefs.Invalid, wire.CodeInvalidField, "field %q must be %s", typ.Field, typ.Type)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return errdefs.New(errdefs.Invalid, "unknown_field", "%s", strings.TrimPrefix(err.Error(), "json: "))
+		return errdefs.New(errdefs.Invalid, wire.CodeUnknownField, "%s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	return errdefs.New(errdefs.Invalid, "invalid_json", "request body is not valid JSON: %v", err)
+	return errdefs.New(errdefs.Invalid, wire.CodeInvalidJSON, "request body is not valid JSON: %v", err)
 }

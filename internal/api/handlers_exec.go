@@ -154,7 +154,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, owner string) {
 	}
 	var req wire.ExecRequest
 	if err := json.Unmarshal(msg, &req); err != nil {
-		_, body := wireError(errdefs.New(errdefs.Invalid, "invalid_json", "exec request is not valid JSON: %v", err))
+		_, body := wireError(errdefs.New(errdefs.Invalid, wire.CodeInvalidJSON, "exec request is not valid JSON: %v", err))
 		b, _ := json.Marshal(wire.ExecEvent{Type: wire.EventError, Error: &body})
 		_ = c.Write(ctx, websocket.MessageText, b)
 		c.Close(websocket.StatusUnsupportedData, "invalid request")

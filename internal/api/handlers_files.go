@@ -13,7 +13,7 @@ import (
 func pathParam(r *http.Request) (string, error) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		return "", errdefs.New(errdefs.Invalid, "invalid_path", "the path query parameter is required")
+		return "", errdefs.New(errdefs.Invalid, wire.CodeInvalidPath, "the path query parameter is required")
 	}
 	return p, nil
 }
@@ -25,7 +25,7 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, errdefs.New(errdefs.Invalid, "invalid_query", "%s must be true or false", name)
+		return false, errdefs.New(errdefs.Invalid, wire.CodeInvalidQuery, "%s must be true or false", name)
 	}
 	return b, nil
 }
@@ -62,7 +62,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, owner string)
 	var mode uint64
 	if v := r.URL.Query().Get("mode"); v != "" {
 		if mode, err = strconv.ParseUint(v, 8, 32); err != nil || mode > 0o7777 {
-			s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_mode", "mode must be octal permission bits such as 0644"))
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, wire.CodeInvalidMode, "mode must be octal permission bits such as 0644"))
 			return
 		}
 	}
@@ -72,7 +72,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, owner string)
 		return
 	}
 	if r.ContentLength > s.opt.MaxFileBytes {
-		s.writeError(w, r, errdefs.New(errdefs.TooLarge, "file_too_large", "files are limited to %d bytes", s.opt.MaxFileBytes))
+		s.writeError(w, r, errdefs.New(errdefs.TooLarge, wire.CodeFileTooLarge, "files are limited to %d bytes", s.opt.MaxFileBytes))
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.opt.MaxFileBytes)
@@ -80,7 +80,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, owner string)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			err = errdefs.New(errdefs.TooLarge, "file_too_large", "files are limited to %d bytes", s.opt.MaxFileBytes)
+			err = errdefs.New(errdefs.TooLarge, wire.CodeFileTooLarge, "files are limited to %d bytes", s.opt.MaxFileBytes)
 		}
 		s.writeError(w, r, err)
 		return
@@ -114,7 +114,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, owner string)
 	depth := 1
 	if v := r.URL.Query().Get("depth"); v != "" {
 		if depth, err = strconv.Atoi(v); err != nil || depth < 1 || depth > 32 {
-			s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_query", "depth must be between 1 and 32"))
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, wire.CodeInvalidQuery, "depth must be between 1 and 32"))
 			return
 		}
 	}
@@ -150,7 +150,7 @@ func (s *Server) existsFile(w http.ResponseWriter, r *http.Request, owner string
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusOK, wire.ExistsResponse{Exists: true})
-	case errdefs.ClassOf(err) == errdefs.NotFound && errdefs.CodeOf(err) != "sandbox_not_found":
+	case errdefs.ClassOf(err) == errdefs.NotFound && errdefs.CodeOf(err) != wire.CodeSandboxNotFound:
 		writeJSON(w, http.StatusOK, wire.ExistsResponse{Exists: false})
 	default:
 		s.writeError(w, r, err)

@@ -36,7 +36,7 @@ func (s *Server) createImage(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	layers := req.Layers
 	if len(layers) > 0 && (req.Base != "" || req.Workspace != "" || req.Toolkit != "") {
-		s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_layers", "give layers, or base/workspace/toolkit, not both"))
+		s.writeError(w, r, errdefs.New(errdefs.Invalid, wire.CodeInvalidLayers, "give layers, or base/workspace/toolkit, not both"))
 		return
 	}
 	for _, l := range []wire.ImageLayer{{Role: image.RoleBase, ID: req.Base}, {Role: image.RoleWorkspace, ID: req.Workspace}, {Role: image.RoleToolkit, ID: req.Toolkit}} {
@@ -69,7 +69,7 @@ func (s *Server) tagImage(w http.ResponseWriter, r *http.Request, _ string) {
 func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request, _ string) {
 	ref := r.PathValue("ref")
 	if layer.ValidDigest(ref) && s.mgr.ImageInUse(ref) {
-		s.writeError(w, r, errdefs.New(errdefs.Conflict, "image_in_use", "image %s is used by a live sandbox", ref))
+		s.writeError(w, r, errdefs.New(errdefs.Conflict, wire.CodeImageInUse, "image %s is used by a live sandbox", ref))
 		return
 	}
 	if err := s.opt.Images.Remove(r.Context(), ref); err != nil {
@@ -81,7 +81,7 @@ func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request, _ string) {
 
 func (s *Server) addDirImage(w http.ResponseWriter, r *http.Request, _ string) {
 	if !s.opt.AllowDirImages {
-		s.writeError(w, r, errdefs.New(errdefs.PermissionDenied, "dir_images_disabled", "directory images and layers are disabled on this server"))
+		s.writeError(w, r, errdefs.New(errdefs.PermissionDenied, wire.CodeDirImagesDisabled, "directory images and layers are disabled on this server"))
 		return
 	}
 	var req wire.AddDirImageRequest
@@ -126,7 +126,7 @@ func (s *Server) getLayer(w http.ResponseWriter, r *http.Request, _ string) {
 func (s *Server) importLayer(w http.ResponseWriter, r *http.Request, _ string) {
 	q := r.URL.Query()
 	if r.ContentLength > s.opt.MaxLayerBytes {
-		s.writeError(w, r, errdefs.New(errdefs.TooLarge, "layer_too_large", "layer uploads are limited to %d bytes", s.opt.MaxLayerBytes))
+		s.writeError(w, r, errdefs.New(errdefs.TooLarge, wire.CodeLayerTooLarge, "layer uploads are limited to %d bytes", s.opt.MaxLayerBytes))
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.opt.MaxLayerBytes)
@@ -134,7 +134,7 @@ func (s *Server) importLayer(w http.ResponseWriter, r *http.Request, _ string) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			err = errdefs.New(errdefs.TooLarge, "layer_too_large", "layer uploads are limited to %d bytes", s.opt.MaxLayerBytes)
+			err = errdefs.New(errdefs.TooLarge, wire.CodeLayerTooLarge, "layer uploads are limited to %d bytes", s.opt.MaxLayerBytes)
 		}
 		s.writeError(w, r, err)
 		return
@@ -146,7 +146,7 @@ func (s *Server) importLayer(w http.ResponseWriter, r *http.Request, _ string) {
 // buildDirLayer builds a layer from a directory on the server.
 func (s *Server) buildDirLayer(w http.ResponseWriter, r *http.Request, _ string) {
 	if !s.opt.AllowDirImages {
-		s.writeError(w, r, errdefs.New(errdefs.PermissionDenied, "dir_images_disabled", "directory images and layers are disabled on this server"))
+		s.writeError(w, r, errdefs.New(errdefs.PermissionDenied, wire.CodeDirImagesDisabled, "directory images and layers are disabled on this server"))
 		return
 	}
 	var req wire.BuildDirLayerRequest

@@ -11,7 +11,7 @@ import (
 func pid(r *http.Request) (int, error) {
 	p, err := strconv.Atoi(r.PathValue("pid"))
 	if err != nil || p <= 0 {
-		return 0, errdefs.New(errdefs.Invalid, "invalid_pid", "pid must be a positive integer")
+		return 0, errdefs.New(errdefs.Invalid, wire.CodeInvalidPid, "pid must be a positive integer")
 	}
 	return p, nil
 }
@@ -63,7 +63,7 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request, owner strin
 	var waitS float64
 	if v := r.URL.Query().Get("timeout_s"); v != "" {
 		if waitS, err = strconv.ParseFloat(v, 64); err != nil || waitS < 0 {
-			s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_query", "timeout_s must be a non-negative number"))
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, wire.CodeInvalidQuery, "timeout_s must be a non-negative number"))
 			return
 		}
 	}

@@ -31,7 +31,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, owner str
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_query", "limit must be an integer"))
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, wire.CodeInvalidQuery, "limit must be an integer"))
 			return
 		}
 		o.Limit = n
@@ -39,7 +39,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, owner str
 	for _, l := range q["label"] {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {
-			s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_query", "label filters are key=value, got %q", l))
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, wire.CodeInvalidQuery, "label filters are key=value, got %q", l))
 			return
 		}
 		if o.Labels == nil {
@@ -99,7 +99,7 @@ func (s *Server) auditEvents(w http.ResponseWriter, r *http.Request, owner strin
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return 0, errdefs.New(errdefs.Invalid, "bad_request", "%s must be a whole number", name)
+			return 0, errdefs.New(errdefs.Invalid, wire.CodeBadRequest, "%s must be a whole number", name)
 		}
 		return n, nil
 	}
@@ -128,7 +128,7 @@ func (s *Server) auditEventsStream(w http.ResponseWriter, r *http.Request, owner
 	if v := r.URL.Query().Get("skip"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			s.writeError(w, r, errdefs.New(errdefs.Invalid, "bad_request", "skip must be a whole number ≥ 0"))
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, wire.CodeBadRequest, "skip must be a whole number ≥ 0"))
 			return
 		}
 		skip = n

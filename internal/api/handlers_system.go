@@ -20,7 +20,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if n == 0 {
-		s.writeError(w, r, &errdefs.Error{Class: errdefs.Unavailable, Code: "no_nodes", Msg: "no node is connected yet", RetryAfter: time.Second})
+		s.writeError(w, r, &errdefs.Error{Class: errdefs.Unavailable, Code: wire.CodeNoNodes, Msg: "no node is connected yet", RetryAfter: time.Second})
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.Health{Status: "ok", Nodes: n})

@@ -143,7 +143,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			s.log.Error("panic in handler", "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()), "request_id", rid)
 			if !rw.wrote {
-				s.writeError(rw, r, errdefs.New(errdefs.Internal, "internal", "internal error"))
+				s.writeError(rw, r, errdefs.New(errdefs.Internal, wire.CodeInternal, "internal error"))
 			}
 		}
 		route := r.Pattern
@@ -156,7 +156,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	_, pattern := s.mux.Handler(r)
 	if pattern == "" {
-		s.writeError(rw, r, errdefs.New(errdefs.NotFound, "route_not_found", "no route for %s %s", r.Method, r.URL.Path))
+		s.writeError(rw, r, errdefs.New(errdefs.NotFound, wire.CodeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path))
 		return
 	}
 	s.mux.ServeHTTP(rw, r)
@@ -173,11 +173,11 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, string)) http
 		}
 		if !valid {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
-			s.writeError(w, r, errdefs.New(errdefs.Unauthenticated, "unauthenticated", "missing or invalid bearer token (dsec token prints it)"))
+			s.writeError(w, r, errdefs.New(errdefs.Unauthenticated, wire.CodeUnauthenticated, "missing or invalid bearer token (dsec token prints it)"))
 			return
 		}
 		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
-			s.writeError(w, r, errdefs.New(errdefs.Invalid, "invalid_query", "the query string is not valid: %v", err))
+			s.writeError(w, r, errdefs.New(errdefs.Invalid, wire.CodeInvalidQuery, "the query string is not valid: %v", err))
 			return
 		}
 		h(w, r, owner)
