@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -39,13 +40,13 @@ func NewLocal(dir string) (*Local, error) {
 // caches on the same host may use it directly instead of copying.
 func (l *Local) Path(digest string) (string, error) {
 	if !digestPattern.MatchString(digest) {
-		return "", errdefs.New(errdefs.Invalid, "invalid_digest", "digest %q is not sha256:<64 hex digits>", digest)
+		return "", errdefs.New(errdefs.Invalid, api.CodeInvalidDigest, "digest %q is not sha256:<64 hex digits>", digest)
 	}
 	return filepath.Join(l.dir, "sha256", strings.TrimPrefix(digest, "sha256:")), nil
 }
 
 func notFound(digest string) error {
-	return errdefs.New(errdefs.NotFound, "blob_not_found", "blob %s not found", digest)
+	return errdefs.New(errdefs.NotFound, api.CodeBlobNotFound, "blob %s not found", digest)
 }
 
 // Put implements Store.
@@ -74,7 +75,7 @@ func (l *Local) Put(ctx context.Context, digest string, r io.Reader) (Info, erro
 		return Info{}, fmt.Errorf("storing blob %s: %w", digest, err)
 	}
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest {
-		return Info{}, errdefs.New(errdefs.Invalid, "digest_mismatch", "blob content has digest %s, not %s", got, digest)
+		return Info{}, errdefs.New(errdefs.Invalid, api.CodeDigestMismatch, "blob content has digest %s, not %s", got, digest)
 	}
 	if err := os.Chmod(tmp.Name(), 0o444); err != nil {
 		return Info{}, err
@@ -125,7 +126,7 @@ func (l *Local) Open(ctx context.Context, digest string) (io.ReadCloser, Info, e
 // ReadRange implements Store.
 func (l *Local) ReadRange(ctx context.Context, digest string, off, n int64) (io.ReadCloser, error) {
 	if off < 0 || n < 0 {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_range", "range %d+%d is not valid", off, n)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidRange, "range %d+%d is not valid", off, n)
 	}
 	f, _, err := l.Open(ctx, digest)
 	if err != nil {

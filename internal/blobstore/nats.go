@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -77,7 +78,7 @@ func NewNATS(ctx context.Context, nc *nats.Conn, replicas int) (*NATS, error) {
 
 func blobHex(digest string) (string, error) {
 	if !digestPattern.MatchString(digest) {
-		return "", errdefs.New(errdefs.Invalid, "invalid_digest", "digest %q is not sha256:<64 hex digits>", digest)
+		return "", errdefs.New(errdefs.Invalid, api.CodeInvalidDigest, "digest %q is not sha256:<64 hex digits>", digest)
 	}
 	return strings.TrimPrefix(digest, "sha256:"), nil
 }
@@ -140,7 +141,7 @@ func (s *NATS) Put(ctx context.Context, digest string, r io.Reader) (Info, error
 	}
 	if got := "sha256:" + hex.EncodeToString(sum.Sum(nil)); got != digest {
 		s.purge(h)
-		return Info{}, errdefs.New(errdefs.Invalid, "digest_mismatch", "blob content has digest %s, not %s", got, digest)
+		return Info{}, errdefs.New(errdefs.Invalid, api.CodeDigestMismatch, "blob content has digest %s, not %s", got, digest)
 	}
 	b, _ := json.Marshal(blobMeta{Size: size, Chunks: n, Chunk: natsChunk})
 	if _, err := s.meta.Put(ctx, h, b); err != nil {
@@ -178,7 +179,7 @@ func (s *NATS) Open(ctx context.Context, digest string) (io.ReadCloser, Info, er
 // ReadRange implements Store.
 func (s *NATS) ReadRange(ctx context.Context, digest string, off, n int64) (io.ReadCloser, error) {
 	if off < 0 || n < 0 {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_range", "range %d+%d is not valid", off, n)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidRange, "range %d+%d is not valid", off, n)
 	}
 	m, err := s.record(ctx, digest)
 	if err != nil {
