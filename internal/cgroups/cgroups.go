@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -156,7 +157,7 @@ func New(ctx context.Context, opt Options) (*Manager, error) {
 	}
 	for _, p := range strings.Split(opt.Parent, "/") {
 		if !validName.MatchString(p) {
-			return nil, errdefs.New(errdefs.Invalid, "invalid_cgroup_parent", "cgroup parent %q is not a relative path of plain names", opt.Parent)
+			return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCgroupParent, "cgroup parent %q is not a relative path of plain names", opt.Parent)
 		}
 	}
 	switch {
@@ -401,7 +402,7 @@ func (m *Manager) group(name string) *Group {
 // exists, and with errdefs.Unavailable after Close.
 func (m *Manager) Create(ctx context.Context, id string, l Limits) (*Group, error) {
 	if !validName.MatchString(id) {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_cgroup_id", "cgroup name %q is not a plain name", id)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCgroupID, "cgroup name %q is not a plain name", id)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -413,7 +414,7 @@ func (m *Manager) Create(ctx context.Context, id string, l Limits) (*Group, erro
 	closed := m.closed
 	m.mu.Unlock()
 	if closed {
-		return nil, errdefs.New(errdefs.Unavailable, "cgroups_closed", "the cgroup manager of %s is closed", m.parent)
+		return nil, errdefs.New(errdefs.Unavailable, api.CodeCgroupsClosed, "the cgroup manager of %s is closed", m.parent)
 	}
 	for k := m.takeFree(); k != nil; k = m.takeFree() {
 		g, err := m.fromKept(k, id, l)
@@ -447,7 +448,7 @@ func (m *Manager) Create(ctx context.Context, id string, l Limits) (*Group, erro
 // every hierarchy.
 func (m *Manager) Open(id string) (*Group, error) {
 	if !validName.MatchString(id) {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_cgroup_id", "cgroup name %q is not a plain name", id)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCgroupID, "cgroup name %q is not a plain name", id)
 	}
 	g := m.group(id)
 	for _, d := range g.dirs {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -73,7 +74,7 @@ func (g *Group) makeCommands() error {
 // Limits.AgentMemoryBytes.
 func (g *Group) AddCommandThread(tid int) error {
 	if tid <= 0 {
-		return errdefs.New(errdefs.Invalid, "invalid_pid", "thread %d", tid)
+		return errdefs.New(errdefs.Invalid, api.CodeInvalidPid, "thread %d", tid)
 	}
 	if g.commands == "" {
 		return fmt.Errorf("cgroup %s: a commands group needs a v1 memory hierarchy: %w", g.name, errdefs.ErrNotSupported)

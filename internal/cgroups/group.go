@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -104,7 +105,7 @@ func (g *Group) SetBase(c Counters) { g.base = c }
 
 func (l Limits) check() error {
 	if l.CPU < 0 || l.MemoryBytes < 0 || l.AgentMemoryBytes < 0 || l.CPUWeight < 0 || l.CPUWeight > 262144 {
-		return errdefs.New(errdefs.Invalid, "invalid_limits", "invalid cgroup limits %+v", l)
+		return errdefs.New(errdefs.Invalid, api.CodeInvalidLimits, "invalid cgroup limits %+v", l)
 	}
 	return nil
 }
@@ -217,7 +218,7 @@ func (w *writes) add(dir, file, value string) {
 func (g *Group) AddProc(pid int) error {
 	if pid <= 0 {
 		// "0" would move the caller itself into the sandbox's group.
-		return errdefs.New(errdefs.Invalid, "invalid_pid", "pid %d", pid)
+		return errdefs.New(errdefs.Invalid, api.CodeInvalidPid, "pid %d", pid)
 	}
 	s := strconv.Itoa(pid)
 	for i := len(g.dirs) - 1; i >= 0; i-- {

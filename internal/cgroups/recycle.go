@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -379,7 +380,7 @@ func randomHex(n int) string {
 // fs.ErrExist if a group id exists.
 func (m *Manager) Rename(ctx context.Context, g *Group, id string) (*Group, error) {
 	if !validName.MatchString(id) {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_cgroup_id", "cgroup name %q is not a plain name", id)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidCgroupID, "cgroup name %q is not a plain name", id)
 	}
 	n := m.group(id)
 	if n.unified != "" {
