@@ -36,11 +36,11 @@ var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
 // validateEnv checks a sandbox's environment (a create's, a grading's).
 func validateEnv(env map[string]string) error {
 	if len(env) > maxEnv {
-		return errdefs.New(errdefs.Invalid, "too_many_env", "at most %d environment variables", maxEnv)
+		return errdefs.New(errdefs.Invalid, api.CodeTooManyEnv, "at most %d environment variables", maxEnv)
 	}
 	for k, v := range env {
 		if !envKey.MatchString(k) || len(v) > maxValueLen || strings.IndexByte(v, 0) >= 0 {
-			return errdefs.New(errdefs.Invalid, "invalid_env", "environment variable %q is not valid", k)
+			return errdefs.New(errdefs.Invalid, api.CodeInvalidEnv, "environment variable %q is not valid", k)
 		}
 	}
 	return nil
@@ -59,15 +59,15 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) error {
 		req.Tier = l.DefaultTier
 	}
 	if !sandbox.KnownTier(req.Tier) {
-		return errdefs.New(errdefs.Invalid, "unknown_tier", "unknown tier %q (tiers: function, container, microvm, vm)", req.Tier)
+		return errdefs.New(errdefs.Invalid, api.CodeUnknownTier, "unknown tier %q (tiers: function, container, microvm, vm)", req.Tier)
 	}
 	switch {
 	case req.Image != "" && len(req.Layers) > 0:
-		return errdefs.New(errdefs.Invalid, "image_and_layers", "name an image or its layers, not both")
+		return errdefs.New(errdefs.Invalid, api.CodeImageAndLayers, "name an image or its layers, not both")
 	case req.Image == "" && len(req.Layers) == 0:
 		req.Image = l.DefaultImages[req.Tier]
 		if req.Image == "" {
-			return errdefs.New(errdefs.Invalid, "image_required", "the %s tier has no default image: name one", req.Tier)
+			return errdefs.New(errdefs.Invalid, api.CodeImageRequired, "the %s tier has no default image: name one", req.Tier)
 		}
 	}
 	if err := validateNetwork(req); err != nil {
@@ -80,7 +80,7 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) error {
 		return err
 	}
 	if req.CPU < 0 || req.CPU > l.MaxCPU {
-		return errdefs.New(errdefs.Invalid, "out_of_range", "cpu must be between 0 and %g", l.MaxCPU)
+		return errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "cpu must be between 0 and %g", l.MaxCPU)
 	}
 	if req.CPU == 0 {
 		req.CPU = l.DefaultCPU
@@ -96,18 +96,18 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) error {
 	}
 	for _, b := range ints {
 		if *b.v < 0 || *b.v > b.max {
-			return errdefs.New(errdefs.Invalid, "out_of_range", "%s must be between 0 and %d", b.name, b.max)
+			return errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "%s must be between 0 and %d", b.name, b.max)
 		}
 		if *b.v == 0 {
 			*b.v = b.def
 		}
 	}
 	if len(req.Labels) > maxLabels {
-		return errdefs.New(errdefs.Invalid, "too_many_labels", "at most %d labels", maxLabels)
+		return errdefs.New(errdefs.Invalid, api.CodeTooManyLabels, "at most %d labels", maxLabels)
 	}
 	for k, v := range req.Labels {
 		if !labelKey.MatchString(k) || len(v) > maxValueLen {
-			return errdefs.New(errdefs.Invalid, "invalid_label", "label %q: keys are 1–128 letters, digits, '.', '_', '/', '-'; values at most %d bytes", k, maxValueLen)
+			return errdefs.New(errdefs.Invalid, api.CodeInvalidLabel, "label %q: keys are 1–128 letters, digits, '.', '_', '/', '-'; values at most %d bytes", k, maxValueLen)
 		}
 	}
 	if err := validateEnv(req.Env); err != nil {
@@ -129,12 +129,12 @@ func (m *Manager) admit(owner string) (release func(), err error) {
 	r := lim.Reserve()
 	if d := r.Delay(); d > 0 {
 		r.Cancel()
-		return nil, &errdefs.Error{Class: errdefs.RateLimited, Code: "rate_limited",
+		return nil, &errdefs.Error{Class: errdefs.RateLimited, Code: api.CodeRateLimited,
 			Msg: "too many sandbox creates: slow down", RetryAfter: d}
 	}
 	if m.cache.liveCount(owner)+m.creating[owner] >= m.lim.MaxSandboxesPerOwner {
 		r.Cancel()
-		return nil, &errdefs.Error{Class: errdefs.RateLimited, Code: "too_many_sandboxes",
+		return nil, &errdefs.Error{Class: errdefs.RateLimited, Code: api.CodeTooManySandboxes,
 			Msg: "this token already has the maximum number of live sandboxes; delete some first", RetryAfter: time.Second}
 	}
 	m.creating[owner]++
@@ -170,7 +170,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 		return api.Sandbox{}, err
 	}
 	if !img.Supports(req.Tier) {
-		return api.Sandbox{}, errdefs.New(errdefs.Invalid, "image_tier_mismatch", "image %s is for tiers %v, not %s", req.Image, img.Manifest.Tiers, req.Tier)
+		return api.Sandbox{}, errdefs.New(errdefs.Invalid, api.CodeImageTierMismatch, "image %s is for tiers %v, not %s", req.Image, img.Manifest.Tiers, req.Tier)
 	}
 	imgName := img.Name
 	if imgName == "" {
@@ -270,7 +270,7 @@ func validateNetwork(req *api.CreateSandboxRequest) error {
 		return err
 	}
 	if p.Mode != network.ModeNone && req.Tier == api.TierFunction {
-		return errdefs.New(errdefs.Unsupported, "tier_has_no_network", "the function tier has no network: egress %q needs the container tier or a VM tier", req.Network.Egress)
+		return errdefs.New(errdefs.Unsupported, api.CodeTierHasNoNetwork, "the function tier has no network: egress %q needs the container tier or a VM tier", req.Network.Egress)
 	}
 	return nil
 }

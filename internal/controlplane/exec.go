@@ -13,23 +13,23 @@ import (
 // execDefaults fills in and bounds an exec request.
 func (m *Manager) execDefaults(req *api.ExecRequest) error {
 	if req.TimeoutS < 0 || req.TimeoutS > m.lim.MaxExecTimeoutS {
-		return errdefs.New(errdefs.Invalid, "out_of_range", "timeout_s must be between 0 and %g", m.lim.MaxExecTimeoutS)
+		return errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "timeout_s must be between 0 and %g", m.lim.MaxExecTimeoutS)
 	}
 	if req.TimeoutS == 0 {
 		req.TimeoutS = m.lim.DefaultExecTimeoutS
 	}
 	if req.MaxOutputBytes < 0 || req.MaxOutputBytes > m.lim.MaxOutputBytes {
-		return errdefs.New(errdefs.Invalid, "out_of_range", "max_output_bytes must be between 0 and %d", m.lim.MaxOutputBytes)
+		return errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "max_output_bytes must be between 0 and %d", m.lim.MaxOutputBytes)
 	}
 	if req.MaxOutputBytes == 0 {
 		req.MaxOutputBytes = m.lim.DefaultOutputBytes
 	}
 	if len(req.Env) > maxEnv {
-		return errdefs.New(errdefs.Invalid, "too_many_env", "at most %d environment variables", maxEnv)
+		return errdefs.New(errdefs.Invalid, api.CodeTooManyEnv, "at most %d environment variables", maxEnv)
 	}
 	for k := range req.Env {
 		if !envKey.MatchString(k) {
-			return errdefs.New(errdefs.Invalid, "invalid_env", "environment variable %q is not valid", k)
+			return errdefs.New(errdefs.Invalid, api.CodeInvalidEnv, "environment variable %q is not valid", k)
 		}
 	}
 	return nil

@@ -53,7 +53,7 @@ const (
 // gradeDefaults validates req and fills in its defaults for tier.
 func (m *Manager) gradeDefaults(req *api.GradeRequest, tier string) error {
 	bad := func(format string, args ...any) error {
-		return errdefs.New(errdefs.Invalid, "invalid_grade", format, args...)
+		return errdefs.New(errdefs.Invalid, api.CodeInvalidGrade, format, args...)
 	}
 	if req.TestsLayer == "" {
 		return bad("tests_layer is required: the layer with the pristine tests")
@@ -62,13 +62,13 @@ func (m *Manager) gradeDefaults(req *api.GradeRequest, tier string) error {
 		return bad("the grader's command is required: cmd or command, not both")
 	}
 	if req.Format != "" && req.Format != "junit" {
-		return errdefs.New(errdefs.Unsupported, "unsupported_format", "report format %q: only junit", req.Format)
+		return errdefs.New(errdefs.Unsupported, api.CodeUnsupportedFormat, "report format %q: only junit", req.Format)
 	}
 	if req.ExpectedTests < 0 {
 		return bad("expected_tests must be ≥ 0")
 	}
 	if req.TimeoutS < 0 || req.TimeoutS > m.lim.MaxExecTimeoutS {
-		return errdefs.New(errdefs.Invalid, "out_of_range", "timeout_s must be between 0 and %g", m.lim.MaxExecTimeoutS)
+		return errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "timeout_s must be between 0 and %g", m.lim.MaxExecTimeoutS)
 	}
 	if req.TimeoutS == 0 {
 		req.TimeoutS = 300
@@ -120,13 +120,13 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 		return api.GradeResult{}, err
 	}
 	if rec.Labels[gradeLabel] != "" {
-		return api.GradeResult{}, errdefs.New(errdefs.Conflict, "grading_sandbox", "sandbox %s is itself a grading", id)
+		return api.GradeResult{}, errdefs.New(errdefs.Conflict, api.CodeGradingSandbox, "sandbox %s is itself a grading", id)
 	}
 	if err := m.gradeDefaults(&req, rec.Tier); err != nil {
 		return api.GradeResult{}, err
 	}
 	if rec.ImageSource != "" && rec.ImageSource != "layers" {
-		return api.GradeResult{}, errdefs.New(errdefs.Unsupported, "grading_needs_layers", "sandbox %s runs a development directory image: sealed grading needs an image of layers", id)
+		return api.GradeResult{}, errdefs.New(errdefs.Unsupported, api.CodeGradingNeedsLayers, "sandbox %s runs a development directory image: sealed grading needs an image of layers", id)
 	}
 	img, err := m.images.Resolve(ctx, rec.ImageID)
 	if err != nil {
@@ -143,7 +143,7 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 	}
 	testsID := sealedImg.Layers[len(sealedImg.Layers)-1].ID
 	if slices.Contains(rec.Layers, testsID) {
-		return api.GradeResult{}, errdefs.New(errdefs.Invalid, "tests_layer_seen", "sandbox %s has layer %s: the tests must come from a layer it never had", id, req.TestsLayer)
+		return api.GradeResult{}, errdefs.New(errdefs.Invalid, api.CodeTestsLayerSeen, "sandbox %s has layer %s: the tests must come from a layer it never had", id, req.TestsLayer)
 	}
 	provided, err := m.images.LayerPaths(ctx, testsID)
 	if err != nil {
@@ -156,7 +156,7 @@ func (m *Manager) Grade(ctx context.Context, owner, id string, req api.GradeRequ
 			return api.GradeResult{}, fmt.Errorf("the tests layer's declared tests: %w", err)
 		}
 		if declared, err = grading.ParseDeclared(b); err != nil {
-			return api.GradeResult{}, errdefs.Wrap(errdefs.Invalid, "invalid_declared_tests", err, "layer %s declares its tests wrongly", req.TestsLayer)
+			return api.GradeResult{}, errdefs.Wrap(errdefs.Invalid, api.CodeInvalidDeclaredTests, err, "layer %s declares its tests wrongly", req.TestsLayer)
 		}
 	}
 	start := time.Now()
@@ -292,7 +292,7 @@ func (m *Manager) carry(ctx context.Context, owner, from, to string, dirs []stri
 				continue
 			}
 			if res.Carried++; res.Carried > maxGradeFiles {
-				return errdefs.New(errdefs.TooLarge, "state_too_large", "more than %d files to carry", maxGradeFiles)
+				return errdefs.New(errdefs.TooLarge, api.CodeStateTooLarge, "more than %d files to carry", maxGradeFiles)
 			}
 			if e.Type == "dir" {
 				if _, err := m.Mkdir(ctx, owner, to, e.Path, true); err != nil {
@@ -301,7 +301,7 @@ func (m *Manager) carry(ctx context.Context, owner, from, to string, dirs []stri
 				continue
 			}
 			if res.CarriedBytes += e.Size; res.CarriedBytes > maxGradeBytes {
-				return errdefs.New(errdefs.TooLarge, "state_too_large", "more than %d bytes to carry", maxGradeBytes)
+				return errdefs.New(errdefs.TooLarge, api.CodeStateTooLarge, "more than %d bytes to carry", maxGradeBytes)
 			}
 			files = append(files, e)
 		}

@@ -48,7 +48,7 @@ func (m *Manager) mutate(ctx context.Context, id string, fn func(rec *store.Sand
 		}
 		return rec, nil
 	}
-	return store.SandboxRecord{}, errdefs.New(errdefs.Unavailable, "contention", "sandbox %s is changing too fast; retry", id)
+	return store.SandboxRecord{}, errdefs.New(errdefs.Unavailable, api.CodeContention, "sandbox %s is changing too fast; retry", id)
 }
 
 // refresh re-reads a record after a write that failed without saying
@@ -67,7 +67,7 @@ func (m *Manager) refresh(id string) {
 func (m *Manager) transition(ctx context.Context, id string, from, to api.State, reason string) (store.SandboxRecord, error) {
 	return m.mutate(ctx, id, func(rec *store.SandboxRecord) (bool, error) {
 		if rec.State != from {
-			return false, errdefs.New(errdefs.Conflict, "sandbox_state_changed", "sandbox %s is %s, not %s", id, rec.State, from)
+			return false, errdefs.New(errdefs.Conflict, api.CodeSandboxStateChanged, "sandbox %s is %s, not %s", id, rec.State, from)
 		}
 		if err := sandbox.CheckTransition(from, to); err != nil {
 			return false, err
@@ -192,7 +192,7 @@ func (m *Manager) destroyOnNode(ctx context.Context, node, id string) {
 // SetTimeout makes a live sandbox expire timeoutS seconds from now.
 func (m *Manager) SetTimeout(ctx context.Context, owner, id string, timeoutS int) (api.Sandbox, error) {
 	if timeoutS <= 0 || timeoutS > m.lim.MaxTimeoutS {
-		return api.Sandbox{}, errdefs.New(errdefs.Invalid, "out_of_range", "timeout_s must be between 1 and %d", m.lim.MaxTimeoutS)
+		return api.Sandbox{}, errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "timeout_s must be between 1 and %d", m.lim.MaxTimeoutS)
 	}
 	if _, err := m.owned(owner, id); err != nil {
 		return api.Sandbox{}, err
@@ -209,7 +209,7 @@ func (m *Manager) SetTimeout(ctx context.Context, owner, id string, timeoutS int
 }
 
 func notRunning(rec *store.SandboxRecord) error {
-	return errdefs.New(errdefs.Conflict, "sandbox_not_running", "sandbox %s is %s", rec.ID, rec.State)
+	return errdefs.New(errdefs.Conflict, api.CodeSandboxNotRunning, "sandbox %s is %s", rec.ID, rec.State)
 }
 
 // DestroyAll destroys every live sandbox on node (a `dsec up` shutdown

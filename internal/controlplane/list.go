@@ -18,7 +18,7 @@ import (
 func (m *Manager) owned(owner, id string) (store.SandboxRecord, error) {
 	rec, _, ok := m.cache.get(id)
 	if !ok || rec.Owner != owner {
-		return store.SandboxRecord{}, errdefs.New(errdefs.NotFound, "sandbox_not_found", "sandbox %q not found", id)
+		return store.SandboxRecord{}, errdefs.New(errdefs.NotFound, api.CodeSandboxNotFound, "sandbox %q not found", id)
 	}
 	return rec, nil
 }
@@ -59,13 +59,13 @@ func (m *Manager) List(owner string, o ListOptions) (api.SandboxList, error) {
 		o.Limit = 100
 	}
 	if o.Limit < 0 || o.Limit > MaxListLimit {
-		return api.SandboxList{}, errdefs.New(errdefs.Invalid, "out_of_range", "limit must be between 1 and %d", MaxListLimit)
+		return api.SandboxList{}, errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "limit must be between 1 and %d", MaxListLimit)
 	}
 	if o.State != "" && !sandbox.ValidState(o.State) {
-		return api.SandboxList{}, errdefs.New(errdefs.Invalid, "invalid_state", "unknown state %q", o.State)
+		return api.SandboxList{}, errdefs.New(errdefs.Invalid, api.CodeInvalidState, "unknown state %q", o.State)
 	}
 	if o.Tier != "" && !sandbox.KnownTier(o.Tier) {
-		return api.SandboxList{}, errdefs.New(errdefs.Invalid, "unknown_tier", "unknown tier %q", o.Tier)
+		return api.SandboxList{}, errdefs.New(errdefs.Invalid, api.CodeUnknownTier, "unknown tier %q", o.Tier)
 	}
 	after, err := decodePageToken(o.PageToken)
 	if err != nil {
@@ -115,7 +115,7 @@ func decodePageToken(tok string) (*api.Sandbox, error) {
 	if tok == "" {
 		return nil, nil
 	}
-	bad := errdefs.New(errdefs.Invalid, "invalid_page_token", "page_token is not valid")
+	bad := errdefs.New(errdefs.Invalid, api.CodeInvalidPageToken, "page_token is not valid")
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
 		return nil, bad

@@ -29,16 +29,16 @@ func (m *Manager) validatePhases(req *api.CreateSandboxRequest) error {
 		return nil
 	}
 	if req.Network != nil {
-		return errdefs.New(errdefs.Invalid, "network_and_phases", "with phases, each phase has its own network: leave the sandbox's network out")
+		return errdefs.New(errdefs.Invalid, api.CodeNetworkAndPhases, "with phases, each phase has its own network: leave the sandbox's network out")
 	}
 	if len(req.Phases) > maxPhases {
-		return errdefs.New(errdefs.Invalid, "too_many_phases", "at most %d phases", maxPhases)
+		return errdefs.New(errdefs.Invalid, api.CodeTooManyPhases, "at most %d phases", maxPhases)
 	}
 	seen := map[string]bool{}
 	for i := range req.Phases {
 		p := &req.Phases[i]
 		if !phaseName.MatchString(p.Name) || seen[p.Name] {
-			return errdefs.New(errdefs.Invalid, "invalid_phase", "phase %d: names are 1–32 letters, digits, '_' or '-', each used once (%q)", i, p.Name)
+			return errdefs.New(errdefs.Invalid, api.CodeInvalidPhase, "phase %d: names are 1–32 letters, digits, '_' or '-', each used once (%q)", i, p.Name)
 		}
 		seen[p.Name] = true
 		check := api.CreateSandboxRequest{Tier: req.Tier, Network: p.Network}
@@ -50,7 +50,7 @@ func (m *Manager) validatePhases(req *api.CreateSandboxRequest) error {
 			for _, w := range p.Writable {
 				c := path.Clean(w)
 				if !path.IsAbs(w) || strings.ContainsRune(w, 0) || len(w) > 4096 {
-					return errdefs.New(errdefs.Invalid, "invalid_phase", "phase %s: writable paths are absolute (%q)", p.Name, w)
+					return errdefs.New(errdefs.Invalid, api.CodeInvalidPhase, "phase %s: writable paths are absolute (%q)", p.Name, w)
 				}
 				clean = append(clean, c)
 			}
@@ -58,13 +58,13 @@ func (m *Manager) validatePhases(req *api.CreateSandboxRequest) error {
 			p.Writable = slices.Compact(clean)
 		}
 		if req.Tier == api.TierFunction && p.User != "" && p.User != "root" {
-			return errdefs.New(errdefs.Unsupported, "tier_has_no_users", "phase %s: the function tier has no users", p.Name)
+			return errdefs.New(errdefs.Unsupported, api.CodeTierHasNoUsers, "phase %s: the function tier has no users", p.Name)
 		}
 		if _, _, err := sandbox.ParseUser(p.User); err != nil {
-			return errdefs.Within(errdefs.Invalid, "invalid_phase", err, "phase %s", p.Name)
+			return errdefs.Within(errdefs.Invalid, api.CodeInvalidPhase, err, "phase %s", p.Name)
 		}
 		if p.CPU < 0 || p.CPU > m.lim.MaxCPU || p.MemoryMB < 0 || p.MemoryMB > m.lim.MaxMemoryMB {
-			return errdefs.New(errdefs.Invalid, "out_of_range", "phase %s: cpu must be between 0 and %g, memory_mb between 0 and %d", p.Name, m.lim.MaxCPU, m.lim.MaxMemoryMB)
+			return errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "phase %s: cpu must be between 0 and %g, memory_mb between 0 and %d", p.Name, m.lim.MaxCPU, m.lim.MaxMemoryMB)
 		}
 	}
 	return nil
@@ -95,24 +95,24 @@ func (m *Manager) SetPhase(ctx context.Context, owner, id string, req api.SetPha
 		return api.Sandbox{}, err
 	}
 	if len(rec.Phases) == 0 {
-		return api.Sandbox{}, errdefs.New(errdefs.Conflict, "no_phases", "sandbox %s was created without phases", id)
+		return api.Sandbox{}, errdefs.New(errdefs.Conflict, api.CodeNoPhases, "sandbox %s was created without phases", id)
 	}
 	to := slices.IndexFunc(rec.Phases, func(p api.Phase) bool { return p.Name == req.Phase })
 	if to < 0 {
-		return api.Sandbox{}, errdefs.New(errdefs.Invalid, "unknown_phase", "sandbox %s has no phase %q", id, req.Phase)
+		return api.Sandbox{}, errdefs.New(errdefs.Invalid, api.CodeUnknownPhase, "sandbox %s has no phase %q", id, req.Phase)
 	}
 	from := slices.IndexFunc(rec.Phases, func(p api.Phase) bool { return p.Name == rec.Phase })
 	switch {
 	case to == from:
 		return rec.Sandbox, nil
 	case to < from && !req.Back:
-		return api.Sandbox{}, errdefs.New(errdefs.Conflict, "phase_backwards", "sandbox %s is in phase %s, after %s: going back needs back=true", id, rec.Phase, req.Phase)
+		return api.Sandbox{}, errdefs.New(errdefs.Conflict, api.CodePhaseBackwards, "sandbox %s is in phase %s, after %s: going back needs back=true", id, rec.Phase, req.Phase)
 	}
 	if err := m.nodes.SetPhase(ctx, rec.Node, id, rec.Phases[to]); err != nil {
-		if errdefs.CodeOf(err) == "phase_change_failed" {
+		if errdefs.CodeOf(err) == api.CodePhaseChangeFailed {
 			// The node destroyed the sandbox rather than leave a phase
 			// applied in part (phase_change_busy leaves it running).
-			m.fail(context.WithoutCancel(ctx), id, "phase_change_failed")
+			m.fail(context.WithoutCancel(ctx), id, api.CodePhaseChangeFailed)
 		}
 		return api.Sandbox{}, err
 	}
@@ -134,7 +134,7 @@ func (m *Manager) AuditEvents(ctx context.Context, owner, id string, skip, limit
 		return nil, err
 	}
 	if skip < 0 || limit < 0 || limit > maxAuditEvents {
-		return nil, errdefs.New(errdefs.Invalid, "out_of_range", "skip must be ≥ 0 and limit between 0 and %d", maxAuditEvents)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "skip must be ≥ 0 and limit between 0 and %d", maxAuditEvents)
 	}
 	if limit == 0 {
 		limit = 1000
@@ -227,7 +227,7 @@ func (m *Manager) FollowAuditEvents(ctx context.Context, owner, id string, skip 
 		return err
 	}
 	if skip < 0 {
-		return errdefs.New(errdefs.Invalid, "out_of_range", "skip must be ≥ 0")
+		return errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "skip must be ≥ 0")
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
