@@ -66,7 +66,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 	}
 	for _, a := range argv {
 		if strings.IndexByte(a, 0) >= 0 {
-			return api.ExecResult{}, errdefs.New(errdefs.Invalid, "invalid_command", "an argument contains a NUL byte")
+			return api.ExecResult{}, errdefs.New(errdefs.Invalid, api.CodeInvalidCommand, "an argument contains a NUL byte")
 		}
 	}
 	timeout := defaultTimeout
@@ -114,7 +114,7 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecRe
 		if err := s.stopped(ctx, argv[0]); err != nil {
 			return api.ExecResult{}, err
 		}
-		return api.ExecResult{}, errdefs.Wrap(errdefs.Invalid, "invalid_module", err, "instantiating %s", argv[0])
+		return api.ExecResult{}, errdefs.Wrap(errdefs.Invalid, api.CodeInvalidModule, err, "instantiating %s", argv[0])
 	}
 	defer inst.close()
 
@@ -208,7 +208,7 @@ func (s *Sandbox) memoryLimit() uint64 {
 // tooLarge is the error for a module that needs more than the sandbox's
 // memory limit before it runs.
 func (s *Sandbox) tooLarge(name string, need uint64) error {
-	return errdefs.New(errdefs.TooLarge, "memory_limit",
+	return errdefs.New(errdefs.TooLarge, api.CodeMemoryLimit,
 		"%s needs %d MiB of memory to start; the sandbox allows %d MiB", name, (need+1<<20-1)>>20, s.memoryLimit()>>20)
 }
 
@@ -261,7 +261,7 @@ func (s *Sandbox) environ(reqEnv map[string]string, cwd string) ([]string, error
 	for _, m := range []map[string]string{s.spec.Env, reqEnv} {
 		for k, v := range m {
 			if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-				return nil, errdefs.New(errdefs.Invalid, "invalid_env", "environment variable %q is not valid", k)
+				return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidEnv, "environment variable %q is not valid", k)
 			}
 			merged[k] = v
 		}
@@ -289,7 +289,7 @@ func (s *Sandbox) module(name, cwd string) (*module, error) {
 		return nil, err
 	}
 	if !strings.HasSuffix(clean, ".wasm") {
-		return nil, errdefs.New(errdefs.NotFound, "tool_not_found",
+		return nil, errdefs.New(errdefs.NotFound, api.CodeToolNotFound,
 			"%q is not a tool of image %s: give a tool name (bin/<name>.wasm) or the path of a .wasm module", name, s.imageName())
 	}
 	if err := s.checkExecutable(clean); err != nil {
@@ -311,10 +311,10 @@ func (s *Sandbox) module(name, cwd string) (*module, error) {
 	case errors.As(err, &de):
 		return nil, err
 	case isNotExist(err):
-		return nil, errdefs.Wrap(errdefs.NotFound, "tool_not_found", err, "tool %q not found in image %s (looked for %s)", name, s.imageName(), clean)
+		return nil, errdefs.Wrap(errdefs.NotFound, api.CodeToolNotFound, err, "tool %q not found in image %s (looked for %s)", name, s.imageName(), clean)
 	case errors.As(err, &pe):
 		// For instance a symlink leaving the tree, which os.Root refuses.
-		return nil, errdefs.Wrap(errdefs.NotFound, "tool_not_found", err, "tool %q cannot be opened in image %s (%s)", name, s.imageName(), clean)
+		return nil, errdefs.Wrap(errdefs.NotFound, api.CodeToolNotFound, err, "tool %q cannot be opened in image %s (%s)", name, s.imageName(), clean)
 	}
 	return nil, err
 }

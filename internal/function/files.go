@@ -40,7 +40,7 @@ func resolve(p string) (abs, rel string, err error) {
 // files API's errors (sandbox.FileError), and the sandbox's end.
 func fileError(abs string, err error) error {
 	if errors.Is(err, os.ErrClosed) {
-		return errdefs.Wrap(errdefs.NotFound, "sandbox_not_found", err, "the sandbox is gone")
+		return errdefs.Wrap(errdefs.NotFound, api.CodeSandboxNotFound, err, "the sandbox is gone")
 	}
 	return sandbox.FileError(abs, err)
 }

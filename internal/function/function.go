@@ -296,5 +296,5 @@ func (r *Runtime) Close(ctx context.Context) error {
 
 // errClosed is returned by operations on a closed runtime.
 func errClosed() error {
-	return errdefs.New(errdefs.Unavailable, "runtime_closed", "the function runtime is shutting down")
+	return errdefs.New(errdefs.Unavailable, api.CodeRuntimeClosed, "the function runtime is shutting down")
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/wasmopt"
 	"github.com/tetratelabs/wazero"
@@ -128,7 +129,7 @@ func (c *moduleCache) load(root *os.Root, rel, key, name string, trust time.Dura
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_module", "%s is not a regular file", name)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidModule, "%s is not a regular file", name)
 	}
 	id := fileIDOf(fi)
 	c.mu.Lock()
@@ -153,14 +154,14 @@ func (c *moduleCache) load(root *os.Root, rel, key, name string, trust time.Dura
 		return nil, err
 	}
 	if fi.Size() > maxModuleSize {
-		return nil, errdefs.New(errdefs.TooLarge, "module_too_large", "%s is larger than %d MiB", name, maxModuleSize>>20)
+		return nil, errdefs.New(errdefs.TooLarge, api.CodeModuleTooLarge, "%s is larger than %d MiB", name, maxModuleSize>>20)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxModuleSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
 	if len(b) > maxModuleSize {
-		return nil, errdefs.New(errdefs.TooLarge, "module_too_large", "%s is larger than %d MiB", name, maxModuleSize>>20)
+		return nil, errdefs.New(errdefs.TooLarge, api.CodeModuleTooLarge, "%s is larger than %d MiB", name, maxModuleSize>>20)
 	}
 	d := digest(sha256.Sum256(b))
 	c.mu.Lock()
@@ -241,18 +242,18 @@ func (c *moduleCache) compile(d digest, b []byte, name string) (*module, error) 
 	var le *wasmopt.LimitError
 	switch {
 	case errors.As(err, &le):
-		return nil, errdefs.New(errdefs.TooLarge, "module_limit", "%s is too large to run: %v", name, le)
+		return nil, errdefs.New(errdefs.TooLarge, api.CodeModuleLimit, "%s is too large to run: %v", name, le)
 	case err != nil:
-		return nil, errdefs.New(errdefs.Invalid, "invalid_module", "%s is not a valid WebAssembly module for this tier: %v", name, err)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidModule, "%s is not a valid WebAssembly module for this tier: %v", name, err)
 	}
 	cm, err := c.rt.wz.CompileModule(context.Background(), metered)
 	if err != nil {
-		return nil, errdefs.Wrap(errdefs.Invalid, "invalid_module", err, "%s is not a valid WebAssembly module", name)
+		return nil, errdefs.Wrap(errdefs.Invalid, api.CodeInvalidModule, err, "%s is not a valid WebAssembly module", name)
 	}
 	start, ok := cm.ExportedFunctions()["_start"]
 	if !ok || len(start.ParamTypes()) != 0 || len(start.ResultTypes()) != 0 {
 		_ = cm.Close(context.Background())
-		return nil, errdefs.New(errdefs.Invalid, "not_a_command", "%s is not a WASI command: it exports no _start function", name)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeNotACommand, "%s is not a WASI command: it exports no _start function", name)
 	}
 	c.rt.metrics.compilations.Add(1)
 	m := &module{digest: d, compiled: cm, fixed: fixedBytes(info), minMemory: info.MemoryPages * pageSize}

@@ -46,7 +46,7 @@ func (s *Sandbox) initPhase() {
 func checkPhases(phases []api.Phase) error {
 	for _, p := range phases {
 		if len(p.Capabilities) > 0 {
-			return errdefs.New(errdefs.Unsupported, "tier_has_no_capabilities", "phase %s: the function tier runs WebAssembly, which has no capabilities", p.Name)
+			return errdefs.New(errdefs.Unsupported, api.CodeTierHasNoCapabilities, "phase %s: the function tier runs WebAssembly, which has no capabilities", p.Name)
 		}
 	}
 	return nil
@@ -82,7 +82,7 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	s.phase.mu.Lock()
 	if s.phase.cur == nil {
 		s.phase.mu.Unlock()
-		return errdefs.New(errdefs.Conflict, "no_phases", "sandbox %s was created without phases", s.spec.ID)
+		return errdefs.New(errdefs.Conflict, api.CodeNoPhases, "sandbox %s was created without phases", s.spec.ID)
 	}
 	s.phase.end()
 	s.phase.calls, s.phase.end = context.WithCancel(s.life)
@@ -126,7 +126,7 @@ func (s *Sandbox) checkExecutable(clean string) error {
 	if a := s.rt.opts.Audit; a != nil {
 		a.Record(s.spec.ID, p.Name, monitor.Event{Time: time.Now(), Kind: monitor.KindExec, Ret: -1, Path: clean})
 	}
-	return errdefs.New(errdefs.PermissionDenied, "executable_not_allowed", "phase %s does not allow running %s", p.Name, clean)
+	return errdefs.New(errdefs.PermissionDenied, api.CodeExecutableNotAllowed, "phase %s does not allow running %s", p.Name, clean)
 }
 
 // readOnly is the files API's error for a path the phase does not let it

@@ -183,10 +183,10 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // Create implements sandbox.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	if !idPattern.MatchString(spec.ID) {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_sandbox_id", "sandbox ID %q is not a valid name", spec.ID)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidSandboxID, "sandbox ID %q is not a valid name", spec.ID)
 	}
 	if spec.Image.Root == "" {
-		return nil, errdefs.New(errdefs.Invalid, "image_required", "the function tier needs an image")
+		return nil, errdefs.New(errdefs.Invalid, api.CodeImageRequired, "the function tier needs an image")
 	}
 	if spec.DiskMB <= 0 {
 		spec.DiskMB = defaultDiskMB
@@ -198,7 +198,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, errClosed()
 	case dup:
 		r.mu.Unlock()
-		return nil, errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s already exists", spec.ID)
+		return nil, errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "sandbox %s already exists", spec.ID)
 	}
 	r.sandboxes[spec.ID] = nil // reserve the ID
 	r.mu.Unlock()
@@ -291,7 +291,7 @@ func (r *Runtime) image(path string) (*image, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, errdefs.Wrap(errdefs.NotFound, "image_not_found", err, "image directory %s does not exist", path)
+			return nil, errdefs.Wrap(errdefs.NotFound, api.CodeImageNotFound, err, "image directory %s does not exist", path)
 		}
 		return nil, err
 	}
