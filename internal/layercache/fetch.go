@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layer"
@@ -98,7 +99,7 @@ func (c *Cache) fetchFile(ctx context.Context, hex string, ref layer.FileRef, ds
 	}
 	rc, info, err := c.store.Open(ctx, ref.Digest)
 	if errors.Is(err, errdefs.NotFound) {
-		return 0, errdefs.Wrap(errdefs.NotFound, "layer_not_found", err, "layer %s: file %s is not in the store", hex, ref.Digest)
+		return 0, errdefs.Wrap(errdefs.NotFound, api.CodeLayerNotFound, err, "layer %s: file %s is not in the store", hex, ref.Digest)
 	}
 	if err != nil {
 		return 0, errorf(err, "fetching layer %s", hex)
@@ -143,7 +144,7 @@ func checkRef(hex string, ref layer.FileRef, n int64, digest string) error {
 // corrupt returns the error for a layer whose files do not match its
 // manifest: class Internal, code "layer_corrupt".
 func corrupt(hex, format string, args ...any) error {
-	return errdefs.New(errdefs.Internal, "layer_corrupt", "layer sha256:%s is corrupt: %s", hex, fmt.Sprintf(format, args...))
+	return errdefs.New(errdefs.Internal, api.CodeLayerCorrupt, "layer sha256:%s is corrupt: %s", hex, fmt.Sprintf(format, args...))
 }
 
 // verifyFiles hashes a cached layer's files against its manifest.
@@ -248,7 +249,7 @@ func (c *Cache) removeDir(dir string) error {
 func (c *Cache) diskErr(err error, format string, args ...any) error {
 	if sys.IsNoSpace(err) {
 		c.pokeEvictor()
-		e := errdefs.Wrap(errdefs.Unavailable, "layer_cache_full", err, "%s: no space left for the layer cache", fmt.Sprintf(format, args...))
+		e := errdefs.Wrap(errdefs.Unavailable, api.CodeLayerCacheFull, err, "%s: no space left for the layer cache", fmt.Sprintf(format, args...))
 		e.RetryAfter = time.Second
 		return e
 	}

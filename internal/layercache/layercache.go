@@ -57,6 +57,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/blobstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layerspec"
@@ -205,14 +206,14 @@ type rootEntry struct {
 // evictor, which Close stops.
 func New(ctx context.Context, opt Options) (*Cache, error) {
 	if opt.Store == nil {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_options", "layer cache: no store")
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidOptions, "layer cache: no store")
 	}
 	dir, err := filepath.Abs(opt.Dir)
 	if err != nil || opt.Dir == "" {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_options", "layer cache: bad directory %q", opt.Dir)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidOptions, "layer cache: bad directory %q", opt.Dir)
 	}
 	if strings.ContainsAny(dir, ",:") {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_options", "layer cache directory %q contains ',' or ':'", dir)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidOptions, "layer cache directory %q contains ',' or ':'", dir)
 	}
 	c := &Cache{
 		dir:    dir,
@@ -343,7 +344,7 @@ func (c *Cache) tmpDir() string             { return filepath.Join(c.dir, "tmp")
 
 // closedErr is returned by View and Root after Close.
 func closedErr() error {
-	return errdefs.New(errdefs.Unavailable, "layer_cache_closed", "the layer cache is closed")
+	return errdefs.New(errdefs.Unavailable, api.CodeLayerCacheClosed, "the layer cache is closed")
 }
 
 // pokeEvictor asks the background evictor to run (it coalesces pokes).

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layer"
@@ -24,27 +25,27 @@ const maxLowerLen = 3500
 // layers' hex IDs.
 func (c *Cache) checkStack(layers []Layer) ([]string, error) {
 	if len(layers) == 0 {
-		return nil, errdefs.New(errdefs.Invalid, "no_layers", "a layer stack needs at least one layer")
+		return nil, errdefs.New(errdefs.Invalid, api.CodeNoLayers, "a layer stack needs at least one layer")
 	}
 	hexes := make([]string, len(layers))
 	lowerLen := 0
 	for i, l := range layers {
 		if err := l.Manifest.Validate(); err != nil {
-			return nil, errdefs.Wrap(errdefs.Invalid, "invalid_layer", err, "layer %s has a bad manifest", l.ID)
+			return nil, errdefs.Wrap(errdefs.Invalid, api.CodeInvalidLayer, err, "layer %s has a bad manifest", l.ID)
 		}
 		if id := l.Manifest.ID(); l.ID != id {
-			return nil, errdefs.New(errdefs.Invalid, "layer_id_mismatch", "layer %s has a manifest of layer %s", l.ID, id)
+			return nil, errdefs.New(errdefs.Invalid, api.CodeLayerIDMismatch, "layer %s has a manifest of layer %s", l.ID, id)
 		}
 		hexes[i] = strings.TrimPrefix(l.ID, "sha256:")
 		for _, h := range hexes[:i] {
 			if h == hexes[i] {
-				return nil, errdefs.New(errdefs.Invalid, "duplicate_layer", "layer %s appears twice in the stack", l.ID)
+				return nil, errdefs.New(errdefs.Invalid, api.CodeDuplicateLayer, "layer %s appears twice in the stack", l.ID)
 			}
 		}
 		lowerLen += len(c.mntDir(hexes[i])) + 1
 	}
 	if lowerLen > maxLowerLen {
-		return nil, errdefs.New(errdefs.Invalid, "too_many_layers", "a stack of %d layers is too deep for an overlay here", len(layers))
+		return nil, errdefs.New(errdefs.Invalid, api.CodeTooManyLayers, "a stack of %d layers is too deep for an overlay here", len(layers))
 	}
 	return hexes, nil
 }
@@ -248,7 +249,7 @@ func (c *Cache) mountLayer(e *layerEntry) error {
 		}
 		files := c.filesDir(hex)
 		if err := sys.MountErofs(filepath.Join(files, layer.MetaFile), filepath.Join(files, layer.BlobFile), target); err != nil {
-			return errdefs.Wrap(errdefs.Internal, "layer_mount_failed", err, "mounting layer sha256:%s", hex)
+			return errdefs.Wrap(errdefs.Internal, api.CodeLayerMountFailed, err, "mounting layer sha256:%s", hex)
 		}
 		cu.Add(func() { _ = sys.Unmount(target) })
 	}
@@ -260,7 +261,7 @@ func (c *Cache) mountLayer(e *layerEntry) error {
 			return c.diskErr(err, "id-mapping layer %s", hex)
 		}
 		if err := sys.IDMappedClone(target, clone, c.idmap.UsernsFd); err != nil {
-			return errdefs.Wrap(errdefs.Internal, "layer_idmap_failed", err, "id-mapping layer sha256:%s", hex)
+			return errdefs.Wrap(errdefs.Internal, api.CodeLayerIDMapFailed, err, "id-mapping layer sha256:%s", hex)
 		}
 	}
 	cu.Release()

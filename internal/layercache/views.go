@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -139,7 +140,7 @@ func (c *Cache) mountView(key string, hexes []string, adopted bool, options stri
 		return c.diskErr(err, "mounting view %s", key)
 	}
 	if err := sys.MountOverlay(target, lowers, "", ""); err != nil {
-		return errdefs.Wrap(errdefs.Internal, "view_mount_failed", err, "mounting view %s", key)
+		return errdefs.Wrap(errdefs.Internal, api.CodeViewMountFailed, err, "mounting view %s", key)
 	}
 	cu.Release()
 	return nil
@@ -168,10 +169,10 @@ func (c *Cache) Root(ctx context.Context, id string, layers []Layer, upper strin
 // table that was never detached).
 func (c *Cache) root(ctx context.Context, id string, layers []Layer, upper string, byFD bool) (dir string, release func(), err error) {
 	if !rootIDPattern.MatchString(id) {
-		return "", nil, errdefs.New(errdefs.Invalid, "invalid_sandbox_id", "sandbox ID %q cannot name a root", id)
+		return "", nil, errdefs.New(errdefs.Invalid, api.CodeInvalidSandboxID, "sandbox ID %q cannot name a root", id)
 	}
 	if !filepath.IsAbs(upper) || strings.ContainsAny(upper, ",:") {
-		return "", nil, errdefs.New(errdefs.Invalid, "invalid_upper", "upper directory %q must be absolute, without ',' or ':'", upper)
+		return "", nil, errdefs.New(errdefs.Invalid, api.CodeInvalidUpper, "upper directory %q must be absolute, without ',' or ':'", upper)
 	}
 	upper = filepath.Clean(upper)
 	hexes, err := c.checkStack(layers)
@@ -193,7 +194,7 @@ func (c *Cache) root(ctx context.Context, id string, layers []Layer, upper strin
 		adopted = true
 	default:
 		c.mu.Unlock()
-		return "", nil, errdefs.New(errdefs.Conflict, "root_exists", "sandbox %s already has a root", id)
+		return "", nil, errdefs.New(errdefs.Conflict, api.CodeRootExists, "sandbox %s already has a root", id)
 	}
 	r.busy = true
 	options := r.options
@@ -249,7 +250,7 @@ func (c *Cache) DetachedRoot(ctx context.Context, id string, layers []Layer, upp
 			f.Close()
 		}
 		release()
-		return nil, nil, errdefs.Wrap(errdefs.Internal, "root_mount_failed", err, "detaching root of sandbox %s", id)
+		return nil, nil, errdefs.Wrap(errdefs.Internal, api.CodeRootMountFailed, err, "detaching root of sandbox %s", id)
 	}
 	return f, release, nil
 }
@@ -277,13 +278,13 @@ func (c *Cache) mountRoot(id string, hexes []string, upper string, adopted bool,
 	upperDir, workDir := filepath.Join(upper, "upper"), filepath.Join(upper, "work")
 	if adopted && byFD {
 		if err := sys.Unmount(target); err != nil {
-			return errdefs.Wrap(errdefs.Internal, "root_mount_failed", err, "replacing the root of sandbox %s", id)
+			return errdefs.Wrap(errdefs.Internal, api.CodeRootMountFailed, err, "replacing the root of sandbox %s", id)
 		}
 		adopted = false
 	}
 	if adopted {
 		if optionValue(options, "lowerdir") != strings.Join(lowers, ":") || optionValue(options, "upperdir") != upperDir {
-			return errdefs.New(errdefs.Conflict, "root_mismatch", "sandbox %s has a root over other layers or another upper directory", id)
+			return errdefs.New(errdefs.Conflict, api.CodeRootMismatch, "sandbox %s has a root over other layers or another upper directory", id)
 		}
 		return nil
 	}
@@ -312,7 +313,7 @@ func (c *Cache) mountRoot(id string, hexes []string, upper string, adopted bool,
 		mount = sys.MountOverlayByFD
 	}
 	if err := mount(target, lowers, upperDir, workDir); err != nil {
-		return errdefs.Wrap(errdefs.Internal, "root_mount_failed", err, "mounting root of sandbox %s", id)
+		return errdefs.Wrap(errdefs.Internal, api.CodeRootMountFailed, err, "mounting root of sandbox %s", id)
 	}
 	cu.Release()
 	return nil
