@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/cleanup"
@@ -56,7 +57,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	dir := filepath.Join(r.opt.StateDir, spec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s already has a run directory", spec.ID)
+			return nil, errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "sandbox %s already has a run directory", spec.ID)
 		}
 		return nil, err
 	}
@@ -80,7 +81,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			}
 		})
 		if tap, mtu, err = plugTap(ep.NetnsPath); err != nil {
-			return nil, errdefs.Wrap(errdefs.Internal, "network_setup_failed", err, "plugging the VM of %s into its network", spec.ID)
+			return nil, errdefs.Wrap(errdefs.Internal, api.CodeNetworkSetupFailed, err, "plugging the VM of %s into its network", spec.ID)
 		}
 		defer tap.Close() // QEMU has its own once started
 		netTime = time.Since(s)
@@ -197,10 +198,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, errdefs.New(errdefs.Unavailable, "runtime_closed", "the microvm runtime is closed")
+		return nil, errdefs.New(errdefs.Unavailable, api.CodeRuntimeClosed, "the microvm runtime is closed")
 	}
 	if _, ok := r.sandboxes[spec.ID]; ok {
-		return nil, errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s exists", spec.ID)
+		return nil, errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "sandbox %s exists", spec.ID)
 	}
 	r.sandboxes[spec.ID] = sb
 	cu.Release()
@@ -212,10 +213,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 // network policy the VM starts with and whether it needs a NIC.
 func (r *Runtime) check(spec sandbox.Spec) (network.Policy, bool, error) {
 	if len(spec.Image.Layers) == 0 {
-		return network.Policy{}, false, errdefs.New(errdefs.Invalid, "image_without_layers", "the %s tier runs images built from layers; %s has none", r.Tier(), spec.Image.Name)
+		return network.Policy{}, false, errdefs.New(errdefs.Invalid, api.CodeImageWithoutLayers, "the %s tier runs images built from layers; %s has none", r.Tier(), spec.Image.Name)
 	}
 	if len(spec.Image.Layers) > maxLayers {
-		return network.Policy{}, false, errdefs.New(errdefs.Invalid, "too_many_layers", "%d layers: the %s tier takes at most %d", len(spec.Image.Layers), r.Tier(), maxLayers)
+		return network.Policy{}, false, errdefs.New(errdefs.Invalid, api.CodeTooManyLayers, "%d layers: the %s tier takes at most %d", len(spec.Image.Layers), r.Tier(), maxLayers)
 	}
 	policy, linked, err := network.Initial(spec.Network, spec.Phases)
 	if err != nil {
@@ -232,10 +233,10 @@ func (r *Runtime) check(spec sandbox.Spec) (network.Policy, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return policy, false, errdefs.New(errdefs.Unavailable, "runtime_closed", "the microvm runtime is closed")
+		return policy, false, errdefs.New(errdefs.Unavailable, api.CodeRuntimeClosed, "the microvm runtime is closed")
 	}
 	if _, ok := r.sandboxes[spec.ID]; ok {
-		return policy, false, errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s exists", spec.ID)
+		return policy, false, errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "sandbox %s exists", spec.ID)
 	}
 	return policy, linked, nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/builtin"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layerspec"
@@ -75,18 +76,18 @@ func (r *Runtime) imageKernel(ctx context.Context, v stackViewer, layers []layer
 	defer release()
 	k, found, err := vmkernel.FromTree(ctx, r.opt.CacheDir, dir)
 	if err != nil {
-		return imageKernel{}, errdefs.Wrap(errdefs.Invalid, "image_kernel_invalid", err, "the kernel the image brings")
+		return imageKernel{}, errdefs.Wrap(errdefs.Invalid, api.CodeImageKernelInvalid, err, "the kernel the image brings")
 	}
 	ik := imageKernel{found: found, kernel: k}
 	if found {
 		guest := r.opt.Guest
 		if guest == nil {
 			if guest, err = builtin.GuestBinary(r.opt.Version); err != nil {
-				return imageKernel{}, errdefs.Wrap(errdefs.Unavailable, "guest_kernel_unavailable", err, "getting the guest agent")
+				return imageKernel{}, errdefs.Wrap(errdefs.Unavailable, api.CodeGuestKernelUnavailable, err, "getting the guest agent")
 			}
 		}
 		if ik.initrd, err = vmkernel.Initramfs(r.opt.CacheDir, k, guest); err != nil {
-			return imageKernel{}, errdefs.Wrap(errdefs.Invalid, "image_kernel_invalid", err, "building the initramfs of the image's kernel")
+			return imageKernel{}, errdefs.Wrap(errdefs.Invalid, api.CodeImageKernelInvalid, err, "building the initramfs of the image's kernel")
 		}
 		r.log.Info("the image brings its kernel", "release", k.Release, "modules", len(k.Modules))
 	}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/vmm"
@@ -95,7 +96,7 @@ func (r *Runtime) allocUIDLocked(id string) (uint32, error) {
 			return base + i, nil
 		}
 	}
-	return 0, errdefs.New(errdefs.Unavailable, "no_vm_uid", "all %d QEMU uids of the %s tier are in use", count, r.Tier())
+	return 0, errdefs.New(errdefs.Unavailable, api.CodeNoVMUID, "all %d QEMU uids of the %s tier are in use", count, r.Tier())
 }
 
 // freeUID returns uid to the range if sandbox id holds it.

@@ -292,17 +292,17 @@ func (r *Runtime) boot(ctx context.Context) (vmkernel.Kernel, string, error) {
 	}
 	k, err := vmkernel.Fetch(ctx, r.opt.CacheDir, r.log)
 	if err != nil {
-		return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, "guest_kernel_unavailable", err, "fetching the guest kernel")
+		return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, api.CodeGuestKernelUnavailable, err, "fetching the guest kernel")
 	}
 	guest := r.opt.Guest
 	if guest == nil {
 		if guest, err = builtin.GuestBinary(r.opt.Version); err != nil {
-			return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, "guest_kernel_unavailable", err, "getting the guest agent")
+			return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, api.CodeGuestKernelUnavailable, err, "getting the guest agent")
 		}
 	}
 	initrd, err := vmkernel.Initramfs(r.opt.CacheDir, k, guest)
 	if err != nil {
-		return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, "guest_kernel_unavailable", err, "building the initramfs")
+		return vmkernel.Kernel{}, "", errdefs.Wrap(errdefs.Unavailable, api.CodeGuestKernelUnavailable, err, "building the initramfs")
 	}
 	r.kernel, r.initrd = k, initrd
 	return k, initrd, nil

@@ -38,7 +38,7 @@ func (r *Runtime) setNetworkPolicy(ctx context.Context, sb *Sandbox, p *api.Netw
 		if policy.Isolated() {
 			return nil
 		}
-		return errdefs.New(errdefs.Internal, "phase_network_unavailable", "sandbox %s was made without a network", sb.id)
+		return errdefs.New(errdefs.Internal, api.CodePhaseNetworkUnavailable, "sandbox %s was made without a network", sb.id)
 	}
 	return r.opt.Network.SetPolicy(ctx, sb.id, policy)
 }

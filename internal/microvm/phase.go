@@ -54,7 +54,7 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	s.phaseMu.Lock()
 	defer s.phaseMu.Unlock()
 	if s.phase == nil {
-		return errdefs.New(errdefs.Conflict, "no_phases", "sandbox %s was created without phases", s.id)
+		return errdefs.New(errdefs.Conflict, api.CodeNoPhases, "sandbox %s was created without phases", s.id)
 	}
 	if err := sandbox.CheckPhase(s.spec, &p); err != nil {
 		return err
@@ -116,18 +116,18 @@ func phaseError(err error, format string, args ...any) error {
 	if errors.Is(err, errdefs.Unsupported) {
 		return err
 	}
-	return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, format, args...)
+	return errdefs.Wrap(errdefs.Internal, api.CodePhaseChangeFailed, err, format, args...)
 }
 
 // checkPhaseEnforceable refuses what a VM's phase cannot do: allowed
 // executables, and limits other than the sandbox's.
 func checkPhaseEnforceable(spec sandbox.Spec, p api.Phase) error {
 	if p.Executables != nil {
-		return errdefs.New(errdefs.Unsupported, "executables_unenforced",
+		return errdefs.New(errdefs.Unsupported, api.CodeExecutablesUnenforced,
 			"phase %s names its executables, and the microvm tier cannot enforce them (the node's monitor does not see inside a guest)", p.Name)
 	}
 	if p.CPU > 0 && vcpus(p.CPU) != vcpus(spec.CPU) || p.MemoryMB > 0 && p.MemoryMB != spec.MemoryMB {
-		return errdefs.New(errdefs.Unsupported, "phase_limits_unsupported",
+		return errdefs.New(errdefs.Unsupported, api.CodePhaseLimitsUnsupported,
 			"phase %s changes the sandbox's cpu or memory_mb, and a microVM's are fixed at boot", p.Name)
 	}
 	return nil

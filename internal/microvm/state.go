@@ -151,7 +151,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	if err != nil {
 		vm.Kill(ctx)
 		release()
-		return nil, errdefs.Wrap(errdefs.Unavailable, "agent_unreachable", err, "reconnecting to the agent of %s", st.Spec.ID)
+		return nil, errdefs.Wrap(errdefs.Unavailable, api.CodeAgentUnreachable, err, "reconnecting to the agent of %s", st.Spec.ID)
 	}
 	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, unjail: r.rejail(st), phase: st.Phase,
 		gone: make(chan struct{})}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -64,7 +65,7 @@ func (r *Runtime) upperTemplate(ctx context.Context, mib int) (string, error) {
 	}
 	bin, err := exec.LookPath(mkfsExt4)
 	if err != nil {
-		return "", errdefs.Wrap(errdefs.Unavailable, "mkfs_missing", err,
+		return "", errdefs.Wrap(errdefs.Unavailable, api.CodeMkfsMissing, err,
 			"the VM's upper disk needs %s (Debian: e2fsprogs), or set [microvm] upper = %q", mkfsExt4, UpperTmpfs)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
