@@ -12,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -44,7 +45,7 @@ func (m *Manager) probeHost() error {
 		bits, _ := a.Mask.Size()
 		subnet := prefixRange(netip.PrefixFrom(ip, bits))
 		if subnet.first <= rng.last && rng.first <= subnet.last {
-			return errdefs.New(errdefs.Invalid, "invalid_network_options",
+			return errdefs.New(errdefs.Invalid, api.CodeInvalidNetworkOptions,
 				"network range %s overlaps the node's network %s/%d", m.opt.Range, ip, bits)
 		}
 		never = append(never, addrRange{u32(ip), u32(ip)})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -72,7 +73,7 @@ type endpoint struct {
 	gone  bool   // released
 }
 
-var errClosed = errdefs.New(errdefs.Unavailable, "network_closed", "network manager is closed")
+var errClosed = errdefs.New(errdefs.Unavailable, api.CodeNetworkClosed, "network manager is closed")
 
 // New prepares the node (the netns directory, IPv4 forwarding on the
 // uplinks, the nftables table), adopts the sandboxes a previous Manager
@@ -90,7 +91,7 @@ func New(ctx context.Context, opt Options) (*Manager, error) {
 		owned: map[string]bool{},
 	}
 	if m.ipam, err = newIPAM(opt.Range); err != nil {
-		return nil, errdefs.Wrap(errdefs.Invalid, "invalid_network_options", err, "network options")
+		return nil, errdefs.Wrap(errdefs.Invalid, api.CodeInvalidNetworkOptions, err, "network options")
 	}
 	var cu cleanup.Stack
 	defer cu.Clean()
@@ -105,7 +106,7 @@ func New(ctx context.Context, opt Options) (*Manager, error) {
 	}
 	cu.Add(func() { m.lock.Close() })
 	if err := sys.TryLock(m.lock); errors.Is(err, sys.ErrLocked) {
-		return nil, errdefs.Wrap(errdefs.Conflict, "network_manager_running", err, "another network manager named %s runs on this node", opt.Name)
+		return nil, errdefs.Wrap(errdefs.Conflict, api.CodeNetworkManagerRunning, err, "another network manager named %s runs on this node", opt.Name)
 	} else if err != nil {
 		return nil, err
 	}
@@ -170,7 +171,7 @@ func (m *Manager) Acquire(ctx context.Context, id string, p Policy) (*Endpoint, 
 	}
 	if _, ok := m.eps[id]; ok {
 		m.mu.Unlock()
-		return nil, errdefs.New(errdefs.Conflict, "network_exists", "sandbox %s already has a network", id)
+		return nil, errdefs.New(errdefs.Conflict, api.CodeNetworkExists, "sandbox %s already has a network", id)
 	}
 	m.eps[id] = nil
 	var s *slot
@@ -232,7 +233,7 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 	ep, ok := m.eps[id]
 	if ok && ep == nil {
 		m.mu.Unlock()
-		return errdefs.New(errdefs.Conflict, "network_busy", "sandbox %s's network is being created", id)
+		return errdefs.New(errdefs.Conflict, api.CodeNetworkBusy, "sandbox %s's network is being created", id)
 	}
 	if !ok {
 		m.mu.Unlock()
@@ -425,7 +426,7 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 	ep := m.eps[id]
 	if ep == nil {
 		m.mu.Unlock()
-		return errdefs.New(errdefs.NotFound, "network_not_found", "sandbox %s has no network", id)
+		return errdefs.New(errdefs.NotFound, api.CodeNetworkNotFound, "sandbox %s has no network", id)
 	}
 	m.ops.Add(1)
 	m.mu.Unlock()
@@ -434,7 +435,7 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.gone {
-		return errdefs.New(errdefs.NotFound, "network_not_found", "sandbox %s has no network", id)
+		return errdefs.New(errdefs.NotFound, api.CodeNetworkNotFound, "sandbox %s has no network", id)
 	}
 	next := policyElems(ep.addr, c)
 	add, del := diffElems(ep.elems, next)

@@ -69,6 +69,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -284,5 +285,5 @@ func (r Rule) String() string {
 
 // invalid returns an errdefs.Invalid error with code "invalid_network_policy".
 func invalid(format string, args ...any) error {
-	return errdefs.New(errdefs.Invalid, "invalid_network_policy", format, args...)
+	return errdefs.New(errdefs.Invalid, api.CodeInvalidNetworkPolicy, format, args...)
 }

@@ -8,13 +8,14 @@ import (
 	"os"
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
 // normalise fills in the defaults of opt and checks it.
 func normalise(opt Options) (Options, error) {
 	bad := func(format string, args ...any) (Options, error) {
-		return opt, errdefs.New(errdefs.Invalid, "invalid_network_options", format, args...)
+		return opt, errdefs.New(errdefs.Invalid, api.CodeInvalidNetworkOptions, format, args...)
 	}
 	if !opt.Range.IsValid() {
 		opt.Range = DefaultRange
@@ -96,7 +97,7 @@ func checkID(id string) error {
 	if id == "" || len(id) > 128 || id[0] == '.' || strings.IndexFunc(id, func(r rune) bool {
 		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_' || r == '.')
 	}) >= 0 {
-		return errdefs.New(errdefs.Invalid, "invalid_sandbox_id", "sandbox id %q: want 1-128 letters, digits, '-', '_' or '.'", id)
+		return errdefs.New(errdefs.Invalid, api.CodeInvalidSandboxID, "sandbox id %q: want 1-128 letters, digits, '-', '_' or '.'", id)
 	}
 	return nil
 }

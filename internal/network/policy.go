@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -122,7 +123,7 @@ func compile(ctx context.Context, p Policy, res Resolver, resolvers []netip.Addr
 		case r.Host != "":
 			addrs, err := res.LookupNetIP(ctx, "ip4", r.Host)
 			if err != nil {
-				return nil, errdefs.Wrap(errdefs.Invalid, "network_host_unresolved", err, "resolving allowed host %q", r.Host)
+				return nil, errdefs.Wrap(errdefs.Invalid, api.CodeNetworkHostUnresolved, err, "resolving allowed host %q", r.Host)
 			}
 			var v4 []netip.Addr
 			for _, a := range addrs {
@@ -131,7 +132,7 @@ func compile(ctx context.Context, p Policy, res Resolver, resolvers []netip.Addr
 				}
 			}
 			if len(v4) == 0 {
-				return nil, errdefs.New(errdefs.Invalid, "network_host_unresolved", "allowed host %q has no IPv4 address", r.Host)
+				return nil, errdefs.New(errdefs.Invalid, api.CodeNetworkHostUnresolved, "allowed host %q has no IPv4 address", r.Host)
 			}
 			slices.SortFunc(v4, netip.Addr.Compare)
 			if len(v4) > maxAddrsPerDNS {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -135,7 +136,7 @@ func (m *Manager) Recover(ctx context.Context, live []string) error {
 	errs = append(errs, m.sweepLinks(ctx))
 	if len(missing) > 0 {
 		slices.Sort(missing)
-		errs = append(errs, errdefs.New(errdefs.NotFound, "network_not_found",
+		errs = append(errs, errdefs.New(errdefs.NotFound, api.CodeNetworkNotFound,
 			"no network survived for sandboxes %s", strings.Join(missing, ", ")))
 	}
 	return errors.Join(errs...)

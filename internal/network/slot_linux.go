@@ -14,6 +14,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -48,7 +49,7 @@ func (m *Manager) build(ctx context.Context) (*slot, error) {
 		addr, ok := m.ipam.alloc()
 		if !ok {
 			m.mu.Unlock()
-			return nil, errdefs.New(errdefs.Unavailable, "network_range_exhausted", "no free address in %s", m.opt.Range)
+			return nil, errdefs.New(errdefs.Unavailable, api.CodeNetworkRangeExhausted, "no free address in %s", m.opt.Range)
 		}
 		s := &slot{addr: addr, hostIf: m.hostIfName(addr)}
 		m.owned[s.hostIf] = true
