@@ -26,7 +26,7 @@ import (
 // wait runs out in the queue is refused the same way.
 
 // CodeOverloaded is the code of a create refused by a node's admission.
-const CodeOverloaded = "overloaded"
+const CodeOverloaded = api.CodeOverloaded
 
 // StartLimits bound a tier's creates on one node. Zero fields take the
 // tier's defaults (DefaultStartLimits).
@@ -211,7 +211,7 @@ func (a *Agent) gateFor(tier string) *gate {
 
 // CodeResourcesExhausted is the code of a create that failed because the
 // node ran out of descriptors, processes or memory for a moment.
-const CodeResourcesExhausted = "node_resources_exhausted"
+const CodeResourcesExhausted = api.CodeNodeResourcesExhausted
 
 // transient makes the error of a failed create retryable where its cause
 // is the node's momentary state: descriptors, processes or memory ran out

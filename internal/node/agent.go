@@ -227,11 +227,11 @@ func (a *Agent) create(ctx context.Context, rt sandbox.Runtime, req noderpc.Crea
 	a.mu.Lock()
 	if _, dup := a.sandboxes[req.ID]; dup {
 		a.mu.Unlock()
-		return errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s already exists on node %s", req.ID, a.opt.ID)
+		return errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "sandbox %s already exists on node %s", req.ID, a.opt.ID)
 	}
 	if len(a.sandboxes) >= a.opt.MaxSandboxes {
 		a.mu.Unlock()
-		return errdefs.New(errdefs.Unavailable, "node_full", "node %s runs its maximum of %d sandboxes", a.opt.ID, a.opt.MaxSandboxes)
+		return errdefs.New(errdefs.Unavailable, api.CodeNodeFull, "node %s runs its maximum of %d sandboxes", a.opt.ID, a.opt.MaxSandboxes)
 	}
 	e := &entry{tier: req.Tier}
 	a.sandboxes[req.ID] = e
@@ -274,7 +274,7 @@ func (a *Agent) create(ctx context.Context, rt sandbox.Runtime, req noderpc.Crea
 		// Ended by itself before we knew it; its runtime released it.
 		delete(a.sandboxes, req.ID)
 		go e.release()
-		return errdefs.New(errdefs.Unavailable, "sandbox_ended", "sandbox %s ended while it was being created: %s", req.ID, e.ended.Reason())
+		return errdefs.New(errdefs.Unavailable, api.CodeSandboxEnded, "sandbox %s ended while it was being created: %s", req.ID, e.ended.Reason())
 	}
 	if a.sandboxes[req.ID] != e {
 		// Destroyed while being created: honour the destroy.
@@ -284,7 +284,7 @@ func (a *Agent) create(ctx context.Context, rt sandbox.Runtime, req noderpc.Crea
 			}
 			e.release()
 		}()
-		return errdefs.New(errdefs.Conflict, "sandbox_deleted", "sandbox %s was deleted while being created", req.ID)
+		return errdefs.New(errdefs.Conflict, api.CodeSandboxDeleted, "sandbox %s was deleted while being created", req.ID)
 	}
 	e.sb = sb
 	return nil

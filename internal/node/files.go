@@ -53,7 +53,7 @@ type writeSession struct {
 }
 
 func (w *writeSession) abort() {
-	w.pw.CloseWithError(errdefs.New(errdefs.Unavailable, "upload_aborted", "upload aborted"))
+	w.pw.CloseWithError(errdefs.New(errdefs.Unavailable, api.CodeUploadAborted, "upload aborted"))
 	<-w.done
 }
 
@@ -157,14 +157,14 @@ func (a *Agent) handleRead(ctx context.Context, m *nats.Msg) {
 	rs := a.reads[r.Handle]
 	if rs == nil || rs.sandbox != r.ID || rs.busy {
 		a.mu.Unlock()
-		a.replyErr(m, errdefs.New(errdefs.NotFound, "file_handle_not_found", "file handle expired or unknown"))
+		a.replyErr(m, errdefs.New(errdefs.NotFound, api.CodeFileHandleNotFound, "file handle expired or unknown"))
 		return
 	}
 	rs.busy = true
 	a.mu.Unlock()
 	if r.Offset != rs.off {
 		a.finishRead(r.Handle, rs, true)
-		a.replyErr(m, errdefs.New(errdefs.Invalid, "bad_offset", "read at offset %d, expected %d", r.Offset, rs.off))
+		a.replyErr(m, errdefs.New(errdefs.Invalid, api.CodeBadOffset, "read at offset %d, expected %d", r.Offset, rs.off))
 		return
 	}
 	buf := make([]byte, noderpc.ChunkSize)
@@ -223,7 +223,7 @@ func (a *Agent) handleWrite(ctx context.Context, m *nats.Msg) {
 		ws = a.writes[h]
 		if ws == nil || ws.sandbox != r.ID || ws.busy {
 			a.mu.Unlock()
-			a.replyErr(m, errdefs.New(errdefs.NotFound, "file_handle_not_found", "upload handle expired or unknown"))
+			a.replyErr(m, errdefs.New(errdefs.NotFound, api.CodeFileHandleNotFound, "upload handle expired or unknown"))
 			return
 		}
 		ws.busy = true

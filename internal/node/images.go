@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layercache"
 	"github.com/dsec-dev/dsec/internal/noderpc"
@@ -30,7 +31,7 @@ func (a *Agent) resolveImage(ctx context.Context, ownRoot bool, ref noderpc.Imag
 	}
 	if len(ref.Layers) > 0 {
 		if a.opt.Layers == nil {
-			return sandbox.Image{}, nil, errdefs.New(errdefs.Unsupported, "no_layer_cache", "node %s has no layer cache", a.opt.ID)
+			return sandbox.Image{}, nil, errdefs.New(errdefs.Unsupported, api.CodeNoLayerCache, "node %s has no layer cache", a.opt.ID)
 		}
 		layers := make([]layercache.Layer, len(ref.Layers))
 		for i, l := range ref.Layers {
@@ -44,14 +45,14 @@ func (a *Agent) resolveImage(ctx context.Context, ownRoot bool, ref noderpc.Imag
 	}
 	dir, ok := strings.CutPrefix(ref.Source, "dir:")
 	if !ok {
-		return sandbox.Image{}, nil, errdefs.New(errdefs.Unsupported, "image_source_unsupported", "image %s has source %q, which this node cannot load", ref.Name, ref.Source)
+		return sandbox.Image{}, nil, errdefs.New(errdefs.Unsupported, api.CodeImageSourceUnsupported, "image %s has source %q, which this node cannot load", ref.Name, ref.Source)
 	}
 	if !filepath.IsAbs(dir) {
-		return sandbox.Image{}, nil, errdefs.New(errdefs.Invalid, "invalid_image", "image %s: directory %q is not absolute", ref.Name, dir)
+		return sandbox.Image{}, nil, errdefs.New(errdefs.Invalid, api.CodeInvalidImage, "image %s: directory %q is not absolute", ref.Name, dir)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil || !fi.IsDir() {
-		return sandbox.Image{}, nil, errdefs.New(errdefs.NotFound, "image_missing_on_node", "image %s: directory %s is missing on this node", ref.Name, dir)
+		return sandbox.Image{}, nil, errdefs.New(errdefs.NotFound, api.CodeImageMissingOnNode, "image %s: directory %s is missing on this node", ref.Name, dir)
 	}
 	return sandbox.Image{ID: ref.ID, Name: ref.Name, Root: dir}, func() {}, nil
 }

@@ -18,10 +18,10 @@ func (a *Agent) setPhase(ctx context.Context, req noderpc.SetPhaseRequest) error
 	}
 	p, ok := sb.(sandbox.Phaser)
 	if !ok {
-		return errdefs.New(errdefs.Unsupported, "tier_has_no_phases", "the %s tier has no phases", tier)
+		return errdefs.New(errdefs.Unsupported, api.CodeTierHasNoPhases, "the %s tier has no phases", tier)
 	}
 	err = p.SetPhase(ctx, req.Phase)
-	if errdefs.CodeOf(err) != "phase_change_failed" {
+	if errdefs.CodeOf(err) != api.CodePhaseChangeFailed {
 		return err
 	}
 	// A phase applied in part would leave the sandbox with some of each
@@ -30,7 +30,7 @@ func (a *Agent) setPhase(ctx context.Context, req noderpc.SetPhaseRequest) error
 	if derr := a.Destroy(context.WithoutCancel(ctx), req.ID); derr != nil {
 		msg = "; destroying the sandbox: " + errdefs.MessageOf(derr)
 	}
-	return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "%s%s", errdefs.MessageOf(err), msg)
+	return errdefs.Wrap(errdefs.Internal, api.CodePhaseChangeFailed, err, "%s%s", errdefs.MessageOf(err), msg)
 }
 
 // stats reports a sandbox's resource use.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 )
@@ -23,7 +24,7 @@ func (a *Agent) dispatch(ctx context.Context, m *nats.Msg) {
 	select {
 	case a.sem <- struct{}{}:
 	default:
-		a.replyErr(m, &errdefs.Error{Class: errdefs.Unavailable, Code: "node_busy",
+		a.replyErr(m, &errdefs.Error{Class: errdefs.Unavailable, Code: api.CodeNodeBusy,
 			Msg: fmt.Sprintf("node %s is handling too many requests", a.opt.ID), RetryAfter: time.Second})
 		return
 	}
@@ -66,7 +67,7 @@ func (a *Agent) handle(ctx context.Context, op string, m *nats.Msg) {
 	defer cancel()
 	h, ok := a.simpleOps()[op]
 	if !ok {
-		a.replyErr(m, errdefs.New(errdefs.Unsupported, "unknown_operation", "node %s does not know operation %q", a.opt.ID, op))
+		a.replyErr(m, errdefs.New(errdefs.Unsupported, api.CodeUnknownOperation, "node %s does not know operation %q", a.opt.ID, op))
 		return
 	}
 	resp, err := h(ctx, m.Data)
@@ -99,7 +100,7 @@ func (a *Agent) simpleOps() map[string]func(context.Context, []byte) (any, error
 
 func decode(data []byte, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
-		return errdefs.Wrap(errdefs.Invalid, "bad_request", err, "malformed node request")
+		return errdefs.Wrap(errdefs.Invalid, api.CodeBadRequest, err, "malformed node request")
 	}
 	return nil
 }
