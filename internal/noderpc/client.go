@@ -136,7 +136,7 @@ func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest,
 		seq++
 		if got := msg.Header.Get(HdrSeq); got != strconv.Itoa(seq) {
 			c.cancel(node, call)
-			return api.ExecResult{}, errdefs.New(errdefs.Unavailable, "stream_broken", "output from node %s arrived out of order (message %q, expected %d)", node, got, seq)
+			return api.ExecResult{}, errdefs.New(errdefs.Unavailable, api.CodeStreamBroken, "output from node %s arrived out of order (message %q, expected %d)", node, got, seq)
 		}
 		switch msg.Header.Get(HdrKind) {
 		case api.EventStdout:
@@ -164,7 +164,7 @@ func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest,
 			}
 			return res, nil
 		default:
-			return api.ExecResult{}, errdefs.New(errdefs.Internal, "bad_reply", "unexpected message kind %q from node %s", msg.Header.Get(HdrKind), node)
+			return api.ExecResult{}, errdefs.New(errdefs.Internal, api.CodeBadReply, "unexpected message kind %q from node %s", msg.Header.Get(HdrKind), node)
 		}
 	}
 }

@@ -213,7 +213,7 @@ func DecodeError(msg *nats.Msg) error {
 	class := msg.Header.Get(HdrErrClass)
 	if class == "" {
 		if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
-			return errdefs.New(errdefs.Unavailable, "node_unavailable", "node is not reachable")
+			return errdefs.New(errdefs.Unavailable, api.CodeNodeUnavailable, "node is not reachable")
 		}
 		return nil
 	}
@@ -228,11 +228,11 @@ func DecodeError(msg *nats.Msg) error {
 func mapNATSError(node string, err error) error {
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return errdefs.Wrap(errdefs.Unavailable, "node_unavailable", err, "node %s is not reachable", node)
+		return errdefs.Wrap(errdefs.Unavailable, api.CodeNodeUnavailable, err, "node %s is not reachable", node)
 	case errors.Is(err, nats.ErrTimeout):
-		return errdefs.Wrap(errdefs.DeadlineExceeded, "node_timeout", err, "node %s did not answer in time", node)
+		return errdefs.Wrap(errdefs.DeadlineExceeded, api.CodeNodeTimeout, err, "node %s did not answer in time", node)
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDrainTimeout):
-		return errdefs.Wrap(errdefs.Unavailable, "bus_closed", err, "control plane is shutting down")
+		return errdefs.Wrap(errdefs.Unavailable, api.CodeBusClosed, err, "control plane is shutting down")
 	}
 	return fmt.Errorf("node %s: %w", node, err)
 }
