@@ -46,11 +46,11 @@ func Pick(nodes []api.Node, req Request, now time.Time, stale time.Duration, pen
 	case best != "":
 		return best, nil
 	case tierSeen:
-		return "", &errdefs.Error{Class: errdefs.Unavailable, Code: "capacity_exhausted",
+		return "", &errdefs.Error{Class: errdefs.Unavailable, Code: api.CodeCapacityExhausted,
 			Msg: "every node that runs the " + req.Tier + " tier is full", RetryAfter: time.Second}
 	case len(nodes) == 0:
-		return "", &errdefs.Error{Class: errdefs.Unavailable, Code: "no_nodes",
+		return "", &errdefs.Error{Class: errdefs.Unavailable, Code: api.CodeNoNodes,
 			Msg: "no node is connected", RetryAfter: time.Second}
 	}
-	return "", errdefs.New(errdefs.Unsupported, "tier_unavailable", "no connected node runs the %s tier", req.Tier)
+	return "", errdefs.New(errdefs.Unsupported, api.CodeTierUnavailable, "no connected node runs the %s tier", req.Tier)
 }
