@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -139,7 +140,7 @@ type User struct {
 
 // Error codes of invalid configurations (class errdefs.Invalid).
 const (
-	CodeInvalidConfig = "vm_config_invalid"
+	CodeInvalidConfig = api.CodeVMConfigInvalid
 )
 
 var (

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -29,7 +30,7 @@ const userHZ = 100
 // Usage reads the process's usage from /proc. It fails with NotFound once
 // the process is gone (a reused pid is not read: its start time differs).
 func (vm *VM) Usage() (Usage, error) {
-	gone := errdefs.New(errdefs.NotFound, "vm_gone", "QEMU process %d has exited", vm.Pid)
+	gone := errdefs.New(errdefs.NotFound, api.CodeVMGone, "QEMU process %d has exited", vm.Pid)
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(vm.Pid) + "/stat")
 	if err != nil {
 		return Usage{}, gone

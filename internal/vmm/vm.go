@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -23,13 +24,13 @@ import (
 
 // Error codes of this package (besides CodeInvalidConfig).
 const (
-	CodeStartFailed   = "vm_start_failed"   // QEMU did not start or its QMP did not answer
-	CodeRunDirBusy    = "vm_rundir_busy"    // RunDir holds another VM's sockets
-	CodeNotFound      = "vm_not_found"      // Adopt: the process is gone
-	CodeAdoptMismatch = "vm_adopt_mismatch" // Adopt: the pid is not that VM's QEMU
-	CodeBootTimeout   = "boot_timeout"      // WaitReady: the guest was not ready in time
-	CodeBootFailed    = "boot_failed"       // WaitReady: the guest exited or its readiness check failed
-	CodeKillFailed    = "vm_kill_failed"    // the process survived SIGKILL for too long
+	CodeStartFailed   = api.CodeVMStartFailed   // QEMU did not start or its QMP did not answer
+	CodeRunDirBusy    = api.CodeVMRunDirBusy    // RunDir holds another VM's sockets
+	CodeNotFound      = api.CodeVMNotFound      // Adopt: the process is gone
+	CodeAdoptMismatch = api.CodeVMAdoptMismatch // Adopt: the pid is not that VM's QEMU
+	CodeBootTimeout   = api.CodeBootTimeout     // WaitReady: the guest was not ready in time
+	CodeBootFailed    = api.CodeBootFailed      // WaitReady: the guest exited or its readiness check failed
+	CodeKillFailed    = api.CodeVMKillFailed    // the process survived SIGKILL for too long
 )
 
 // killWait bounds the wait for a SIGKILLed QEMU to be gone.
