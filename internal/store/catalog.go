@@ -17,7 +17,7 @@ import (
 // that point at IDs. Layers and images are catalogs.
 type catalog[T any] struct {
 	kv   jetstream.KeyValue
-	what string // "layer", "image": for error codes and messages
+	what string // "layer", "image": for messages, and error codes (notFoundCodes)
 }
 
 // NameRecord points a name at an ID.
@@ -35,7 +35,7 @@ func nameKey(name string) string {
 }
 
 func (c catalog[T]) notFound(ref string) error {
-	return errdefs.New(errdefs.NotFound, c.what+"_not_found", "%s %q not found", c.what, ref)
+	return errdefs.New(errdefs.NotFound, notFoundCodes[c.what], "%s %q not found", c.what, ref)
 }
 
 // put stores rec under id unless it is already there (records are

@@ -175,14 +175,24 @@ func (s *Store) AuditEvents(ctx context.Context, id string, skip, limit int) ([]
 // JetStream returns the JetStream context, for tests and tools.
 func (s *Store) JetStream() jetstream.JetStream { return s.js }
 
+// The codes of a missing record and of one that exists already, by the
+// noun of its messages. A name record is looked up for its layer or
+// image, and reported as one.
+var (
+	notFoundCodes = map[string]string{"sandbox": api.CodeSandboxNotFound,
+		"image": api.CodeImageNotFound, "image name": api.CodeImageNotFound,
+		"layer": api.CodeLayerNotFound, "layer name": api.CodeLayerNotFound}
+	existsCodes = map[string]string{"sandbox": api.CodeSandboxExists, "image": api.CodeImageExists, "layer": api.CodeLayerExists}
+)
+
 func get[T any](ctx context.Context, kv jetstream.KeyValue, key, what string) (T, uint64, error) {
 	var v T
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return v, 0, errdefs.New(errdefs.NotFound, what+"_not_found", "%s %q not found", what, key)
+		return v, 0, errdefs.New(errdefs.NotFound, notFoundCodes[what], "%s %q not found", what, key)
 	}
 	if errors.Is(err, jetstream.ErrInvalidKey) {
-		return v, 0, errdefs.New(errdefs.NotFound, what+"_not_found", "%s %q not found", what, key)
+		return v, 0, errdefs.New(errdefs.NotFound, notFoundCodes[what], "%s %q not found", what, key)
 	}
 	if err != nil {
 		return v, 0, fmt.Errorf("reading %s %s: %w", what, key, err)
@@ -205,7 +215,7 @@ func create(ctx context.Context, kv jetstream.KeyValue, key, what string, v any)
 func createRaw(ctx context.Context, kv jetstream.KeyValue, key, what string, b []byte) (uint64, error) {
 	rev, err := kv.Create(ctx, key, b)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, errdefs.New(errdefs.Conflict, what+"_exists", "%s %q already exists", what, key)
+		return 0, errdefs.New(errdefs.Conflict, existsCodes[what], "%s %q already exists", what, key)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("writing %s %s: %w", what, key, err)
@@ -228,7 +238,7 @@ func updateRaw(ctx context.Context, kv jetstream.KeyValue, key, what string, b [
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return 0, errdefs.Wrap(errdefs.Conflict, "revision_mismatch", err, "%s %q changed concurrently", what, key)
+			return 0, errdefs.Wrap(errdefs.Conflict, api.CodeRevisionMismatch, err, "%s %q changed concurrently", what, key)
 		}
 		return 0, fmt.Errorf("updating %s %s: %w", what, key, err)
 	}
