@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -19,17 +20,17 @@ import (
 func Load(dir string) (Artifact, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return Artifact{}, errdefs.Wrap(errdefs.NotFound, "layer_not_found", err, "no layer manifest in %s", dir)
+		return Artifact{}, errdefs.Wrap(errdefs.NotFound, api.CodeLayerNotFound, err, "no layer manifest in %s", dir)
 	}
 	if err != nil {
 		return Artifact{}, fmt.Errorf("reading layer manifest: %w", err)
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Artifact{}, errdefs.Wrap(errdefs.Invalid, "layer_manifest", err, "layer manifest in %s is not valid JSON", dir)
+		return Artifact{}, errdefs.Wrap(errdefs.Invalid, api.CodeLayerManifest, err, "layer manifest in %s is not valid JSON", dir)
 	}
 	if err := m.Validate(); err != nil {
-		return Artifact{}, errdefs.Wrap(errdefs.Invalid, "layer_manifest", err, "layer manifest in %s is invalid", dir)
+		return Artifact{}, errdefs.Wrap(errdefs.Invalid, api.CodeLayerManifest, err, "layer manifest in %s is invalid", dir)
 	}
 	return Artifact{Dir: dir, Manifest: m}, nil
 }
@@ -37,7 +38,7 @@ func Load(dir string) (Artifact, error) {
 // prepareOutDir creates outDir if needed and fails if it holds anything.
 func prepareOutDir(outDir string) error {
 	if outDir == "" {
-		return errdefs.New(errdefs.Invalid, "layer_out_dir", "no output directory given")
+		return errdefs.New(errdefs.Invalid, api.CodeLayerOutDir, "no output directory given")
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("creating layer directory: %w", err)
@@ -52,7 +53,7 @@ func prepareOutDir(outDir string) error {
 		return fmt.Errorf("reading layer directory: %w", err)
 	}
 	if len(names) > 0 {
-		return errdefs.New(errdefs.Conflict, "layer_out_dir_not_empty", "output directory %s is not empty", outDir)
+		return errdefs.New(errdefs.Conflict, api.CodeLayerOutDirNotEmpty, "output directory %s is not empty", outDir)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -40,13 +41,13 @@ func BuildDir(ctx context.Context, src, outDir string, opt BuildOptions) (Artifa
 	}
 	root, err := filepath.EvalSymlinks(src)
 	if err != nil {
-		return Artifact{}, errdefs.Wrap(errdefs.NotFound, "layer_source", err, "layer source %s not found", src)
+		return Artifact{}, errdefs.Wrap(errdefs.NotFound, api.CodeLayerSourceNotFound, err, "layer source %s not found", src)
 	}
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
-		return Artifact{}, errdefs.New(errdefs.Invalid, "layer_source", "layer source %s is not a directory", src)
+		return Artifact{}, errdefs.New(errdefs.Invalid, api.CodeLayerSourceNotDirectory, "layer source %s is not a directory", src)
 	}
 	if out := resolvePath(outDir); out == root || strings.HasPrefix(out, root+string(filepath.Separator)) {
-		return Artifact{}, errdefs.New(errdefs.Invalid, "layer_out_dir", "output directory %s lies inside the source %s", outDir, src)
+		return Artifact{}, errdefs.New(errdefs.Invalid, api.CodeLayerOutDir, "output directory %s lies inside the source %s", outDir, src)
 	}
 	if err := prepareOutDir(outDir); err != nil {
 		return Artifact{}, err

@@ -240,7 +240,7 @@ func TestBuildDirRefusals(t *testing.T) {
 	})
 	t.Run("missing-src", func(t *testing.T) {
 		_, err := BuildDir(ctx, filepath.Join(t.TempDir(), "nope"), t.TempDir(), BuildOptions{})
-		wantErr(t, err, errdefs.NotFound, "layer_source")
+		wantErr(t, err, errdefs.NotFound, "layer_source_not_found")
 	})
 	t.Run("empty-src", func(t *testing.T) {
 		a, err := BuildDir(ctx, t.TempDir(), t.TempDir(), BuildOptions{})

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -52,7 +53,7 @@ func BuildOCI(ctx context.Context, src string, outDir string, opt BuildOptions) 
 	opt = opt.withDefaults()
 	want, err := v1.ParsePlatform(opt.Platform)
 	if err != nil || want.OS == "" || want.Architecture == "" {
-		return Artifact{}, errdefs.New(errdefs.Invalid, "oci_platform", "bad platform %q (want os/arch[/variant])", opt.Platform)
+		return Artifact{}, errdefs.New(errdefs.Invalid, api.CodeOCIPlatform, "bad platform %q (want os/arch[/variant])", opt.Platform)
 	}
 	if err := prepareOutDir(outDir); err != nil {
 		return Artifact{}, err
@@ -81,23 +82,23 @@ func ociInvalid(code string, err error, format string, args ...any) error {
 func buildImage(ctx context.Context, img v1.Image, kind, outDir string, opt BuildOptions) (Artifact, error) {
 	raw, err := img.RawConfigFile()
 	if err != nil {
-		return Artifact{}, ociInvalid("oci_config", err, "cannot read the image config")
+		return Artifact{}, ociInvalid(api.CodeOCIConfig, err, "cannot read the image config")
 	}
 	sum := sha256.Sum256(raw)
 	configDigest := "sha256:" + hex.EncodeToString(sum[:])
 	if name, err := img.ConfigName(); err != nil || name.String() != configDigest {
-		return Artifact{}, errdefs.New(errdefs.Invalid, "oci_digest_mismatch", "the image config does not match its digest %v", name)
+		return Artifact{}, errdefs.New(errdefs.Invalid, api.CodeOCIDigestMismatch, "the image config does not match its digest %v", name)
 	}
 	cfg, err := v1.ParseConfigFile(bytes.NewReader(raw))
 	if err != nil {
-		return Artifact{}, ociInvalid("oci_config", err, "the image config is not valid")
+		return Artifact{}, ociInvalid(api.CodeOCIConfig, err, "the image config is not valid")
 	}
 	layers, err := img.Layers()
 	if err != nil {
-		return Artifact{}, ociInvalid("oci_manifest", err, "cannot list the image layers")
+		return Artifact{}, ociInvalid(api.CodeOCIManifest, err, "cannot list the image layers")
 	}
 	if len(layers) != len(cfg.RootFS.DiffIDs) {
-		return Artifact{}, errdefs.New(errdefs.Invalid, "oci_config", "the image has %d layers but its config names %d", len(layers), len(cfg.RootFS.DiffIDs))
+		return Artifact{}, errdefs.New(errdefs.Invalid, api.CodeOCIConfig, "the image has %d layers but its config names %d", len(layers), len(cfg.RootFS.DiffIDs))
 	}
 	b := newBudget(opt)
 	err = buildTree(ctx, outDir, func(t *tree) error {
@@ -117,7 +118,7 @@ func buildImage(ctx context.Context, img v1.Image, kind, outDir string, opt Buil
 func addImageLayer(ctx context.Context, t *tree, l v1.Layer, i int, diffID string, b *budget) error {
 	rc, err := l.Uncompressed()
 	if err != nil {
-		return ociInvalid("oci_layer_unreadable", err, "cannot read layer %d", i)
+		return ociInvalid(api.CodeOCILayerUnreadable, err, "cannot read layer %d", i)
 	}
 	defer rc.Close()
 	tr, err := newTarReader(rc, b)
@@ -132,10 +133,10 @@ func addImageLayer(ctx context.Context, t *tree, l v1.Layer, i int, diffID strin
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return ociInvalid("oci_layer_unreadable", err, "cannot read layer %d", i)
+		return ociInvalid(api.CodeOCILayerUnreadable, err, "cannot read layer %d", i)
 	}
 	if plain != diffID {
-		return errdefs.New(errdefs.Invalid, "oci_diff_id_mismatch", "layer %d has digest %s, the image config says %s", i, plain, diffID)
+		return errdefs.New(errdefs.Invalid, api.CodeOCIDiffIDMismatch, "layer %d has digest %s, the image config says %s", i, plain, diffID)
 	}
 	return nil
 }
@@ -145,7 +146,7 @@ func openImage(ctx context.Context, src string, want v1.Platform, opt BuildOptio
 	cleanup = func() {}
 	fi, err := os.Stat(src)
 	if err != nil {
-		return nil, "", cleanup, errdefs.Wrap(errdefs.NotFound, "oci_not_found", err, "image %s not found", src)
+		return nil, "", cleanup, errdefs.Wrap(errdefs.NotFound, api.CodeOCINotFound, err, "image %s not found", src)
 	}
 	if fi.IsDir() {
 		img, err := imageFromLayout(src, want)
@@ -172,7 +173,7 @@ func openImage(ctx context.Context, src string, want v1.Platform, opt BuildOptio
 		img, err := imageFromLayout(dir, want)
 		return img, SourceOCI, cleanup, err
 	}
-	return nil, "", cleanup, errdefs.New(errdefs.Invalid, "oci_unknown_format",
+	return nil, "", cleanup, errdefs.New(errdefs.Invalid, api.CodeOCIUnknownFormat,
 		"%s is neither an OCI image layout (directory or tar) nor a `docker save` archive", src)
 }
 
@@ -194,11 +195,11 @@ func scanOuterTar(src string, opt BuildOptions) (map[string]int64, error) {
 			return out, nil
 		}
 		if err != nil {
-			return nil, errdefs.Wrap(errdefs.Invalid, "oci_unknown_format", err,
+			return nil, errdefs.Wrap(errdefs.Invalid, api.CodeOCIUnknownFormat, err,
 				"%s is neither an OCI image layout nor a `docker save` archive", src)
 		}
 		if n >= opt.MaxEntries {
-			return nil, errdefs.New(errdefs.TooLarge, "tar_too_many_entries", "the archive has more than %d entries", opt.MaxEntries)
+			return nil, errdefs.New(errdefs.TooLarge, api.CodeTarTooManyEntries, "the archive has more than %d entries", opt.MaxEntries)
 		}
 		if hdr.Typeflag == tar.TypeReg {
 			out[path.Clean(hdr.Name)] = hdr.Size
@@ -210,7 +211,7 @@ func scanOuterTar(src string, opt BuildOptions) (map[string]int64, error) {
 
 func imageFromDockerSave(src string, entries map[string]int64) (v1.Image, error) {
 	if n := entries["manifest.json"]; n > maxManifestSize || n < 0 {
-		return nil, errdefs.New(errdefs.TooLarge, "oci_manifest", "manifest.json is too large")
+		return nil, errdefs.New(errdefs.TooLarge, api.CodeOCIManifestTooLarge, "manifest.json is too large")
 	}
 	f, err := os.Open(src)
 	if err != nil {
@@ -222,14 +223,14 @@ func imageFromDockerSave(src string, entries map[string]int64) (v1.Image, error)
 		return nil, err
 	}
 	if len(m) != 1 {
-		return nil, errdefs.New(errdefs.Invalid, "oci_multiple_images", "the archive holds %d images, want exactly 1", len(m))
+		return nil, errdefs.New(errdefs.Invalid, api.CodeOCIMultipleImages, "the archive holds %d images, want exactly 1", len(m))
 	}
 	if n, ok := entries[path.Clean(m[0].Config)]; !ok || n > maxConfigSize || n < 0 {
-		return nil, errdefs.New(errdefs.Invalid, "oci_config", "the image config %q is missing, a link or too large", m[0].Config)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeOCIConfig, "the image config %q is missing, a link or too large", m[0].Config)
 	}
 	img, err := tarball.ImageFromPath(src, nil)
 	if err != nil {
-		return nil, ociInvalid("oci_manifest", err, "cannot read the `docker save` archive")
+		return nil, ociInvalid(api.CodeOCIManifest, err, "cannot read the `docker save` archive")
 	}
 	return img, nil
 }
@@ -240,7 +241,7 @@ func readTarJSON(r io.Reader, name string, limit int64, v any) error {
 	for {
 		hdr, err := tr.Next()
 		if err != nil {
-			return errdefs.Wrap(errdefs.Invalid, "oci_manifest", err, "cannot find %s in the archive", name)
+			return errdefs.Wrap(errdefs.Invalid, api.CodeOCIManifest, err, "cannot find %s in the archive", name)
 		}
 		if path.Clean(hdr.Name) != name {
 			continue
@@ -253,7 +254,7 @@ func readTarJSON(r io.Reader, name string, limit int64, v any) error {
 			err = json.Unmarshal(b, v)
 		}
 		if err != nil {
-			return errdefs.Wrap(errdefs.Invalid, "oci_manifest", err, "%s is not valid", name)
+			return errdefs.Wrap(errdefs.Invalid, api.CodeOCIManifest, err, "%s is not valid", name)
 		}
 		return nil
 	}
@@ -295,12 +296,12 @@ func unpackLayout(ctx context.Context, src, dir string, opt BuildOptions) error 
 			continue
 		}
 		if e.Path == "index.json" && e.Size > maxIndexSize {
-			return errdefs.New(errdefs.TooLarge, "oci_index", "index.json is too large")
+			return errdefs.New(errdefs.TooLarge, api.CodeOCIIndexTooLarge, "index.json is too large")
 		}
 		out, err := os.OpenFile(filepath.Join(dir, filepath.FromSlash(e.Path)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
 			if os.IsExist(err) {
-				return errdefs.New(errdefs.Invalid, "tar_duplicate", "the archive holds %s twice", e.Path)
+				return errdefs.New(errdefs.Invalid, api.CodeTarDuplicate, "the archive holds %s twice", e.Path)
 			}
 			return err
 		}
@@ -318,21 +319,21 @@ func unpackLayout(ctx context.Context, src, dir string, opt BuildOptions) error 
 func imageFromLayout(dir string, want v1.Platform) (v1.Image, error) {
 	fi, err := os.Stat(filepath.Join(dir, "index.json"))
 	if err != nil {
-		return nil, errdefs.Wrap(errdefs.Invalid, "oci_unknown_format", err, "%s is not an OCI image layout", dir)
+		return nil, errdefs.Wrap(errdefs.Invalid, api.CodeOCIUnknownFormat, err, "%s is not an OCI image layout", dir)
 	}
 	if fi.Size() > maxIndexSize {
-		return nil, errdefs.New(errdefs.TooLarge, "oci_index", "index.json is too large")
+		return nil, errdefs.New(errdefs.TooLarge, api.CodeOCIIndexTooLarge, "index.json is too large")
 	}
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
-		return nil, ociInvalid("oci_index", err, "cannot read the OCI image layout")
+		return nil, ociInvalid(api.CodeOCIIndex, err, "cannot read the OCI image layout")
 	}
 	img, err := selectImage(layout.Path(dir), idx, want, 0)
 	if err != nil {
 		return nil, err
 	}
 	if img == nil {
-		return nil, errdefs.New(errdefs.NotFound, "oci_platform", "the image has no %s variant", want.String())
+		return nil, errdefs.New(errdefs.NotFound, api.CodeOCIPlatformNotFound, "the image has no %s variant", want.String())
 	}
 	return img, nil
 }
@@ -347,17 +348,17 @@ func blobSizeOK(p layout.Path, h v1.Hash, limit int64) bool {
 func selectImage(p layout.Path, idx v1.ImageIndex, want v1.Platform, depth int) (v1.Image, error) {
 	im, err := idx.IndexManifest()
 	if err != nil {
-		return nil, ociInvalid("oci_index", err, "cannot read the image index")
+		return nil, ociInvalid(api.CodeOCIIndex, err, "cannot read the image index")
 	}
 	for _, d := range im.Manifests {
 		switch {
 		case d.MediaType.IsIndex():
 			if depth >= maxIndexDepth || !blobSizeOK(p, d.Digest, maxIndexSize) {
-				return nil, errdefs.New(errdefs.Invalid, "oci_index", "image index %s is too deep, missing or too large", d.Digest)
+				return nil, errdefs.New(errdefs.Invalid, api.CodeOCIIndex, "image index %s is too deep, missing or too large", d.Digest)
 			}
 			child, err := idx.ImageIndex(d.Digest)
 			if err != nil {
-				return nil, ociInvalid("oci_index", err, "cannot read image index %s", d.Digest)
+				return nil, ociInvalid(api.CodeOCIIndex, err, "cannot read image index %s", d.Digest)
 			}
 			img, err := selectImage(p, child, want, depth+1)
 			if img != nil || err != nil {
@@ -368,24 +369,24 @@ func selectImage(p layout.Path, idx v1.ImageIndex, want v1.Platform, depth int) 
 				continue
 			}
 			if !blobSizeOK(p, d.Digest, maxManifestSize) {
-				return nil, errdefs.New(errdefs.Invalid, "oci_manifest", "image manifest %s is missing or too large", d.Digest)
+				return nil, errdefs.New(errdefs.Invalid, api.CodeOCIManifest, "image manifest %s is missing or too large", d.Digest)
 			}
 			img, err := idx.Image(d.Digest)
 			if err != nil {
-				return nil, ociInvalid("oci_manifest", err, "cannot read image manifest %s", d.Digest)
+				return nil, ociInvalid(api.CodeOCIManifest, err, "cannot read image manifest %s", d.Digest)
 			}
 			m, err := img.Manifest()
 			if err != nil {
-				return nil, ociInvalid("oci_manifest", err, "cannot read image manifest %s", d.Digest)
+				return nil, ociInvalid(api.CodeOCIManifest, err, "cannot read image manifest %s", d.Digest)
 			}
 			if !blobSizeOK(p, m.Config.Digest, maxConfigSize) {
-				return nil, errdefs.New(errdefs.Invalid, "oci_config", "image config %s is missing or too large", m.Config.Digest)
+				return nil, errdefs.New(errdefs.Invalid, api.CodeOCIConfig, "image config %s is missing or too large", m.Config.Digest)
 			}
 			if d.Platform == nil {
 				// No platform in the index: ask the config.
 				cfg, err := img.ConfigFile()
 				if err != nil {
-					return nil, ociInvalid("oci_config", err, "cannot read image config %s", m.Config.Digest)
+					return nil, ociInvalid(api.CodeOCIConfig, err, "cannot read image config %s", m.Config.Digest)
 				}
 				if cfg.OS != "" && !(v1.Platform{OS: cfg.OS, Architecture: cfg.Architecture, Variant: cfg.Variant}).Satisfies(want) {
 					continue

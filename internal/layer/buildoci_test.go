@@ -232,7 +232,7 @@ func TestBuildOCI(t *testing.T) {
 		}
 		diffTrees(t, expect(armLayers, true), snapshot(t, mountLayer(t, arm)))
 		_, err = BuildOCI(ctx, dir, t.TempDir(), BuildOptions{Platform: "linux/s390x"})
-		wantErr(t, err, errdefs.NotFound, "oci_platform")
+		wantErr(t, err, errdefs.NotFound, "oci_platform_not_found")
 		_, err = BuildOCI(ctx, dir, t.TempDir(), BuildOptions{Platform: "linux"})
 		wantErr(t, err, errdefs.Invalid, "oci_platform")
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/erofs/go-erofs"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -28,7 +29,7 @@ func (noBlob) ReadAt([]byte, int64) (int, error) {
 func StatMeta(meta io.ReaderAt, p string) (fs.FileInfo, error) {
 	fsys, err := erofs.Open(meta, erofs.WithExtraDevices(noBlob{}))
 	if err != nil {
-		return nil, errdefs.Wrap(errdefs.Invalid, "layer_bad_metadata", err, "reading the layer's metadata image")
+		return nil, errdefs.Wrap(errdefs.Invalid, api.CodeLayerBadMetadata, err, "reading the layer's metadata image")
 	}
 	rel := path.Clean(p)
 	if !path.IsAbs(rel) {

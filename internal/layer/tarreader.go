@@ -13,6 +13,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -85,7 +86,7 @@ type hashCounter struct {
 }
 
 func tooLarge() error {
-	return errdefs.New(errdefs.TooLarge, "tar_too_large", "the archive is larger than the allowed size")
+	return errdefs.New(errdefs.TooLarge, api.CodeTarTooLarge, "the archive is larger than the allowed size")
 }
 
 func (c *hashCounter) Read(p []byte) (int, error) {
@@ -144,11 +145,11 @@ func (t *tarReader) classify(err error) error {
 	case t.raw.srcErr != nil:
 		return fmt.Errorf("reading archive: %w", t.raw.srcErr) // not the archive's fault
 	case errors.Is(err, tar.ErrFieldTooLong):
-		return errdefs.Wrap(errdefs.Invalid, "tar_header_too_large", err, "an archive header is too large")
+		return errdefs.Wrap(errdefs.Invalid, api.CodeTarHeaderTooLarge, err, "an archive header is too large")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return errdefs.Wrap(errdefs.Invalid, "tar_truncated", err, "the archive is truncated")
+		return errdefs.Wrap(errdefs.Invalid, api.CodeTarTruncated, err, "the archive is truncated")
 	}
-	return errdefs.Wrap(errdefs.Invalid, "tar_malformed", err, "the archive is not a valid tar stream")
+	return errdefs.Wrap(errdefs.Invalid, api.CodeTarMalformed, err, "the archive is not a valid tar stream")
 }
 
 // Next returns the next entry, or io.EOF after the last one. Global PAX
@@ -163,7 +164,7 @@ func (t *tarReader) Next() (*tarEntry, error) {
 			return nil, t.classify(err)
 		}
 		if t.budget.entries++; t.budget.entries > t.budget.maxEntries {
-			return nil, errdefs.New(errdefs.TooLarge, "tar_too_many_entries", "the archive has more than %d entries", t.budget.maxEntries)
+			return nil, errdefs.New(errdefs.TooLarge, api.CodeTarTooManyEntries, "the archive has more than %d entries", t.budget.maxEntries)
 		}
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue
@@ -199,7 +200,7 @@ func (t *tarReader) Finish() (raw, plain string, err error) {
 }
 
 func unsafePath(name, why string) error {
-	return errdefs.New(errdefs.Invalid, "tar_unsafe_path", "archive entry %q: %s", truncName(name), why)
+	return errdefs.New(errdefs.Invalid, api.CodeTarUnsafePath, "archive entry %q: %s", truncName(name), why)
 }
 
 func truncName(s string) string {
@@ -214,7 +215,7 @@ func truncName(s string) string {
 // "..", or is too long.
 func cleanTarPath(name string) (string, error) {
 	if len(name) > maxPathLen {
-		return "", errdefs.New(errdefs.Invalid, "tar_name_too_long", "archive entry name of %d bytes (limit %d)", len(name), maxPathLen)
+		return "", errdefs.New(errdefs.Invalid, api.CodeTarNameTooLong, "archive entry name of %d bytes (limit %d)", len(name), maxPathLen)
 	}
 	if strings.HasPrefix(name, "/") {
 		return "", unsafePath(name, "absolute path")
@@ -232,7 +233,7 @@ func cleanTarPath(name string) (string, error) {
 			return "", unsafePath(name, `".." component`)
 		}
 		if len(p) > maxNameLen {
-			return "", errdefs.New(errdefs.Invalid, "tar_name_too_long", "archive entry %q has a component of %d bytes (limit %d)", truncName(name), len(p), maxNameLen)
+			return "", errdefs.New(errdefs.Invalid, api.CodeTarNameTooLong, "archive entry %q has a component of %d bytes (limit %d)", truncName(name), len(p), maxNameLen)
 		}
 		out = append(out, p)
 	}
@@ -245,17 +246,17 @@ func (t *tarReader) check(hdr *tar.Header) (*tarEntry, error) {
 		return nil, err
 	}
 	if hdr.Uid < 0 || hdr.Gid < 0 || int64(hdr.Uid) > 1<<32-2 || int64(hdr.Gid) > 1<<32-2 {
-		return nil, errdefs.New(errdefs.Invalid, "tar_malformed", "archive entry %q has owner %d:%d", truncName(hdr.Name), hdr.Uid, hdr.Gid)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeTarMalformed, "archive entry %q has owner %d:%d", truncName(hdr.Name), hdr.Uid, hdr.Gid)
 	}
 	e := &tarEntry{Path: p, Mode: uint32(hdr.Mode) & 0o7777, UID: uint32(hdr.Uid), GID: uint32(hdr.Gid)}
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeCont:
 		e.Kind = kindFile
 		if hdr.Size < 0 {
-			return nil, errdefs.New(errdefs.Invalid, "tar_malformed", "archive entry %q has size %d", truncName(hdr.Name), hdr.Size)
+			return nil, errdefs.New(errdefs.Invalid, api.CodeTarMalformed, "archive entry %q has size %d", truncName(hdr.Name), hdr.Size)
 		}
 		if hdr.Size > t.budget.maxBytes-t.budget.declared {
-			return nil, errdefs.New(errdefs.TooLarge, "tar_too_large", "archive entry %q of %d bytes exceeds the size limit of %d bytes", truncName(hdr.Name), hdr.Size, t.budget.maxBytes)
+			return nil, errdefs.New(errdefs.TooLarge, api.CodeTarTooLarge, "archive entry %q of %d bytes exceeds the size limit of %d bytes", truncName(hdr.Name), hdr.Size, t.budget.maxBytes)
 		}
 		t.budget.declared += hdr.Size
 		e.Size = hdr.Size
@@ -264,23 +265,23 @@ func (t *tarReader) check(hdr *tar.Header) (*tarEntry, error) {
 	case tar.TypeSymlink:
 		e.Kind = kindSymlink
 		if hdr.Linkname == "" || len(hdr.Linkname) > maxSymlinkLen || strings.IndexByte(hdr.Linkname, 0) >= 0 {
-			return nil, errdefs.New(errdefs.Invalid, "tar_malformed", "archive symlink %q has an empty or overlong target", truncName(hdr.Name))
+			return nil, errdefs.New(errdefs.Invalid, api.CodeTarMalformed, "archive symlink %q has an empty or overlong target", truncName(hdr.Name))
 		}
 		e.Link = hdr.Linkname
 	case tar.TypeLink:
 		e.Kind = kindHardlink
 		l, err := cleanTarPath(hdr.Linkname)
 		if err != nil || l == "" || strings.HasPrefix(hdr.Linkname, "/") {
-			return nil, errdefs.New(errdefs.Invalid, "tar_hardlink", "archive hard link %q points outside the archive (%q)", truncName(hdr.Name), truncName(hdr.Linkname))
+			return nil, errdefs.New(errdefs.Invalid, api.CodeTarHardlink, "archive hard link %q points outside the archive (%q)", truncName(hdr.Name), truncName(hdr.Linkname))
 		}
 		e.Link = l
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-		return nil, errdefs.New(errdefs.Invalid, "tar_device", "archive entry %q is a device node or FIFO; layers cannot hold them", truncName(hdr.Name))
+		return nil, errdefs.New(errdefs.Invalid, api.CodeTarDevice, "archive entry %q is a device node or FIFO; layers cannot hold them", truncName(hdr.Name))
 	default:
-		return nil, errdefs.New(errdefs.Invalid, "tar_unsupported_type", "archive entry %q has unsupported type %q", truncName(hdr.Name), hdr.Typeflag)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeTarUnsupportedType, "archive entry %q has unsupported type %q", truncName(hdr.Name), hdr.Typeflag)
 	}
 	if p == "" && e.Kind != kindDir {
-		return nil, errdefs.New(errdefs.Invalid, "tar_path_conflict", "archive entry %q names the root but is not a directory", truncName(hdr.Name))
+		return nil, errdefs.New(errdefs.Invalid, api.CodeTarPathConflict, "archive entry %q names the root but is not a directory", truncName(hdr.Name))
 	}
 	xs, err := tarXattrs(hdr)
 	if err != nil {
@@ -306,7 +307,7 @@ func tarXattrs(hdr *tar.Header) (map[string]string, error) {
 			continue
 		}
 		bad := func(why string) error {
-			return errdefs.New(errdefs.Invalid, "tar_xattr", "archive entry %q: xattr %q %s", truncName(hdr.Name), truncName(name), why)
+			return errdefs.New(errdefs.Invalid, api.CodeTarXattr, "archive entry %q: xattr %q %s", truncName(hdr.Name), truncName(name), why)
 		}
 		known := false
 		for _, p := range xattrPrefixes {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -112,7 +113,7 @@ func (t *tree) add(ctx context.Context, r io.Reader, e *tarEntry, layer int, whi
 	}
 	if whiteouts {
 		if strings.HasPrefix(dirPath, whiteoutPrefix) || strings.Contains(dirPath, "/"+whiteoutPrefix) {
-			return errdefs.New(errdefs.Invalid, "tar_malformed", "archive entry %q lies inside a whiteout", truncName(e.Path))
+			return errdefs.New(errdefs.Invalid, api.CodeTarMalformed, "archive entry %q lies inside a whiteout", truncName(e.Path))
 		}
 		if strings.HasPrefix(name, whiteoutPrefix) {
 			return t.whiteout(dirPath, name, e.Path, layer)
@@ -174,7 +175,7 @@ func (t *tree) whiteout(dirPath, name, full string, layer int) error {
 	case strings.HasPrefix(name, whiteoutMeta):
 		// Other AUFS metadata (.wh..wh.plnk, .wh..wh.aufs): ignore.
 	case len(name) == len(whiteoutPrefix):
-		return errdefs.New(errdefs.Invalid, "tar_malformed", "archive entry %q is a whiteout of nothing", truncName(full))
+		return errdefs.New(errdefs.Invalid, api.CodeTarMalformed, "archive entry %q is a whiteout of nothing", truncName(full))
 	default:
 		if c := dir.children[name[len(whiteoutPrefix):]]; c != nil {
 			if c.layer < layer {
@@ -207,7 +208,7 @@ func (t *tree) parentDir(dirPath, full string, layer int) (*node, error) {
 		case next.ino.kind == kindSymlink:
 			return nil, unsafePath(full, "reached through the symlink "+next.path())
 		case next.ino.kind != kindDir:
-			return nil, errdefs.New(errdefs.Invalid, "tar_path_conflict", "archive entry %q: %s is not a directory", truncName(full), next.path())
+			return nil, errdefs.New(errdefs.Invalid, api.CodeTarPathConflict, "archive entry %q: %s is not a directory", truncName(full), next.path())
 		}
 		next.layer = max(next.layer, layer)
 		cur = next
@@ -219,7 +220,7 @@ func (t *tree) parentDir(dirPath, full string, layer int) (*node, error) {
 // layer's archive already holds, reached without symlinks.
 func (t *tree) hardlinkTarget(e *tarEntry, layer int) (*inode, error) {
 	bad := func(why string) error {
-		return errdefs.New(errdefs.Invalid, "tar_hardlink", "archive hard link %q to %q: %s", truncName(e.Path), truncName(e.Link), why)
+		return errdefs.New(errdefs.Invalid, api.CodeTarHardlink, "archive hard link %q to %q: %s", truncName(e.Path), truncName(e.Link), why)
 	}
 	cur := t.root
 	for _, c := range strings.Split(e.Link, "/") {
@@ -307,7 +308,7 @@ func (b *blobWriter) add(ctx context.Context, r io.Reader, size int64) (int64, e
 			n += int64(m)
 		}
 		if err == io.ErrUnexpectedEOF || (err == io.EOF && n < size) {
-			return 0, errdefs.New(errdefs.Invalid, "tar_truncated", "the archive is truncated")
+			return 0, errdefs.New(errdefs.Invalid, api.CodeTarTruncated, "the archive is truncated")
 		}
 		if err != nil {
 			return 0, err

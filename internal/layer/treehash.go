@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -79,9 +80,9 @@ func (w *treeHasher) walk(ctx context.Context, root, rel string) error {
 	case mode&fs.ModeSymlink != 0:
 		typ = "l"
 	case mode&fs.ModeDevice != 0:
-		return errdefs.New(errdefs.Invalid, "device_node", "%s is a device node; layers cannot hold device nodes", rel)
+		return errdefs.New(errdefs.Invalid, api.CodeDeviceNode, "%s is a device node; layers cannot hold device nodes", rel)
 	default:
-		return errdefs.New(errdefs.Invalid, "special_file", "%s is a FIFO or socket; layers cannot hold them", rel)
+		return errdefs.New(errdefs.Invalid, api.CodeSpecialFile, "%s is a FIFO or socket; layers cannot hold them", rel)
 	}
 	w.field(rel)
 	w.field(typ)

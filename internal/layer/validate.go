@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -35,7 +36,7 @@ func Validate(ctx context.Context, a Artifact) error {
 func CheckArtifact(ctx context.Context, a Artifact) (Check, error) {
 	var c Check
 	if err := a.Manifest.Validate(); err != nil {
-		return c, errdefs.Wrap(errdefs.Invalid, "layer_manifest", err, "layer manifest is invalid")
+		return c, errdefs.Wrap(errdefs.Invalid, api.CodeLayerManifest, err, "layer manifest is invalid")
 	}
 	meta, blob := filepath.Join(a.Dir, MetaFile), filepath.Join(a.Dir, BlobFile)
 	for _, f := range []struct {
@@ -47,7 +48,7 @@ func CheckArtifact(ctx context.Context, a Artifact) (Check, error) {
 			return c, fmt.Errorf("validating layer: %w", err)
 		}
 		if got != f.want {
-			return c, errdefs.New(errdefs.Invalid, "layer_digest_mismatch",
+			return c, errdefs.New(errdefs.Invalid, api.CodeLayerDigestMismatch,
 				"%s is %s (%d bytes), the manifest says %s (%d bytes)",
 				filepath.Base(f.path), got.Digest, got.Size, f.want.Digest, f.want.Size)
 		}
@@ -70,7 +71,7 @@ func CheckArtifact(ctx context.Context, a Artifact) (Check, error) {
 		if ctx.Err() != nil {
 			return c, ctx.Err()
 		}
-		return c, errdefs.Wrap(errdefs.Invalid, "layer_fsck", fmt.Errorf("%w: %s", err, bytes.TrimSpace(lastBytes(out.Bytes(), 2048))),
+		return c, errdefs.Wrap(errdefs.Invalid, api.CodeLayerFsck, fmt.Errorf("%w: %s", err, bytes.TrimSpace(lastBytes(out.Bytes(), 2048))),
 			"fsck.erofs rejects the layer")
 	}
 	c.Fsck = "passed"
@@ -90,14 +91,14 @@ func checkSuperblock(meta string) error {
 	b := make([]byte, 1<<maxBlockBits)
 	n, err := io.ReadFull(f, b)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return errdefs.Wrap(errdefs.Invalid, "layer_bad_superblock", err, "cannot read the superblock of %s", MetaFile)
+		return errdefs.Wrap(errdefs.Invalid, api.CodeLayerBadSuperblock, err, "cannot read the superblock of %s", MetaFile)
 	}
 	sb, err := ParseSuperblock(b[:n])
 	if err != nil {
-		return errdefs.Wrap(errdefs.Invalid, "layer_bad_superblock", err, "%s has no valid EROFS superblock", MetaFile)
+		return errdefs.Wrap(errdefs.Invalid, api.CodeLayerBadSuperblock, err, "%s has no valid EROFS superblock", MetaFile)
 	}
 	if sb.ExtraDevices != 1 {
-		return errdefs.New(errdefs.Invalid, "layer_devices", "%s has %d extra devices, want exactly 1 (%s)", MetaFile, sb.ExtraDevices, BlobFile)
+		return errdefs.New(errdefs.Invalid, api.CodeLayerDevices, "%s has %d extra devices, want exactly 1 (%s)", MetaFile, sb.ExtraDevices, BlobFile)
 	}
 	return nil
 }
