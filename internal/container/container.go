@@ -246,5 +246,5 @@ func (r *Runtime) forget(sb *Sandbox) {
 }
 
 func errClosed() error {
-	return errdefs.New(errdefs.Unavailable, "runtime_closed", "the container runtime is shutting down")
+	return errdefs.New(errdefs.Unavailable, api.CodeRuntimeClosed, "the container runtime is shutting down")
 }

@@ -36,16 +36,16 @@ const maxSockPath = 108
 // is undone if a later step fails.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	if !idPattern.MatchString(spec.ID) {
-		return nil, errdefs.New(errdefs.Invalid, "invalid_sandbox_id", "sandbox ID %q is not valid", spec.ID)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeInvalidSandboxID, "sandbox ID %q is not valid", spec.ID)
 	}
 	if len(spec.Image.Layers) == 0 {
-		return nil, errdefs.New(errdefs.Invalid, "image_needs_layers", "the container tier runs layered images, and %s has no layers", spec.Image.Name)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeImageNeedsLayers, "the container tier runs layered images, and %s has no layers", spec.Image.Name)
 	}
 	// The agent's socket path must fit in a unix socket address (108
 	// bytes with its NUL); a longer one failed deep in the sandbox's
 	// setup, with "bind: invalid argument".
 	if sock := filepath.Join(r.sandboxDir(spec.ID), "sock", guest.SockName); len(sock) >= maxSockPath {
-		return nil, errdefs.New(errdefs.Invalid, "sandbox_id_too_long",
+		return nil, errdefs.New(errdefs.Invalid, api.CodeSandboxIDTooLong,
 			"sandbox ID %q is too long for this node's state directory: its agent's socket path would be %d bytes long, at most %d fit", spec.ID, len(sock), maxSockPath-1)
 	}
 	if err := r.checkNew(spec.ID); err != nil {
@@ -95,7 +95,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 // CodeStartTimeout is the code of a create whose sandbox was not ready
 // by the start deadline (Options.ReadyTimeout): on a node starting too
 // much at once, not a fault of the sandbox's.
-const CodeStartTimeout = "sandbox_start_timeout"
+const CodeStartTimeout = api.CodeSandboxStartTimeout
 
 // startError is the error of a sandbox whose start failed with err
 // (everything it made is undone): retryable if its deadline ran out,
@@ -106,7 +106,7 @@ func startError(ctx context.Context, id string, err error) error {
 			Msg:   fmt.Sprintf("sandbox %s was not ready in time: the node is busy; nothing was kept, retry later", id),
 			Cause: err, RetryAfter: time.Second}
 	}
-	return errdefs.Wrap(errdefs.Internal, "sandbox_start_failed", err, "sandbox %s did not start", id)
+	return errdefs.Wrap(errdefs.Internal, api.CodeSandboxStartFailed, err, "sandbox %s did not start", id)
 }
 
 // startPhase applies the first of sb's phases, if it has any (nothing
@@ -153,7 +153,7 @@ func (r *Runtime) checkNewLocked(id string) error {
 		return errClosed()
 	}
 	if _, dup := r.sandboxes[id]; dup {
-		return errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s exists", id)
+		return errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "sandbox %s exists", id)
 	}
 	return nil
 }
@@ -384,7 +384,7 @@ func (r *Runtime) findGuest(ctx context.Context, layers []layerspec.Layer) (stri
 		}
 		release()
 	}
-	return "", nil, errdefs.New(errdefs.Invalid, "image_lacks_guest",
+	return "", nil, errdefs.New(errdefs.Invalid, api.CodeImageLacksGuest,
 		"the container tier needs the agent at /%s: add the toolkit/dsec-guest layer to the image", GuestPath)
 }
 

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -57,7 +58,7 @@ func (o *owners) take() (int, error) {
 			return o.base + slot, nil
 		}
 	}
-	return 0, errdefs.New(errdefs.Unavailable, "no_namespace_owner",
+	return 0, errdefs.New(errdefs.Unavailable, api.CodeNoNamespaceOwner,
 		"all %d owner ids of the node's user namespaces are in use", o.count-1)
 }
 

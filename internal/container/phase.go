@@ -125,7 +125,7 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	defer s.phaseMu.Unlock()
 	old := s.state.Phase
 	if old == nil {
-		return errdefs.New(errdefs.Conflict, "no_phases", "sandbox %s was created without phases", s.id)
+		return errdefs.New(errdefs.Conflict, api.CodeNoPhases, "sandbox %s was created without phases", s.id)
 	}
 	if err := sandbox.CheckPhase(s.state.Spec, &p); err != nil {
 		return err
@@ -145,7 +145,7 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 			err = errors.Join(err, terr)
 		}
 		if errors.Is(err, cgroups.ErrGone) {
-			return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "sandbox %s: moving to phase %s: its agent is gone", s.id, p.Name)
+			return errdefs.Wrap(errdefs.Internal, api.CodePhaseChangeFailed, err, "sandbox %s: moving to phase %s: its agent is gone", s.id, p.Name)
 		}
 		return phaseBusy(s.id, old.Name, p.Name, err)
 	}
@@ -153,7 +153,7 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 	if errdefs.ClassOf(err) == errdefs.Invalid {
 		// Refused before anything changed (see applyPhase).
 		if terr := s.cg.Thaw(ctx); terr != nil {
-			return errdefs.Wrap(errdefs.Internal, "phase_change_failed", errors.Join(err, terr), "sandbox %s: moving to phase %s", s.id, p.Name)
+			return errdefs.Wrap(errdefs.Internal, api.CodePhaseChangeFailed, errors.Join(err, terr), "sandbox %s: moving to phase %s", s.id, p.Name)
 		}
 		return err
 	}
@@ -171,7 +171,7 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 		err = terr
 	}
 	if err != nil {
-		return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "sandbox %s: moving to phase %s", s.id, p.Name)
+		return errdefs.Wrap(errdefs.Internal, api.CodePhaseChangeFailed, err, "sandbox %s: moving to phase %s", s.id, p.Name)
 	}
 	return nil
 }
@@ -180,7 +180,7 @@ func (s *Sandbox) SetPhase(ctx context.Context, p api.Phase) error {
 // earlier phase's processes in time: retryable, the sandbox running on
 // in its old phase.
 func phaseBusy(id, old, to string, err error) error {
-	e := errdefs.Wrap(errdefs.Unavailable, "phase_change_busy", err,
+	e := errdefs.Wrap(errdefs.Unavailable, api.CodePhaseChangeBusy, err,
 		"sandbox %s: could not stop the processes of phase %s in time to move to phase %s; it is still running in phase %s", id, old, to, old)
 	e.RetryAfter = time.Second
 	return e
@@ -213,7 +213,7 @@ func (r *Runtime) applyPhase(ctx context.Context, sb *Sandbox, p api.Phase, old 
 		return err
 	}
 	if sb.state.Netns == "" && !policy.Isolated() {
-		return errdefs.New(errdefs.Internal, "phase_network_unavailable", "phase %s has a network, and the sandbox was made without one", p.Name)
+		return errdefs.New(errdefs.Internal, api.CodePhaseNetworkUnavailable, "phase %s has a network, and the sandbox was made without one", p.Name)
 	}
 	// A new sandbox's root is all writable already.
 	var changed bool
@@ -248,7 +248,7 @@ func (r *Runtime) applyPhase(ctx context.Context, sb *Sandbox, p api.Phase, old 
 // whatever its class: the phase was valid, and applying it broke.
 func partly(err error) error {
 	if errdefs.ClassOf(err) == errdefs.Invalid {
-		return errdefs.Wrap(errdefs.Internal, "phase_change_failed", err, "%s", errdefs.MessageOf(err))
+		return errdefs.Wrap(errdefs.Internal, api.CodePhaseChangeFailed, err, "%s", errdefs.MessageOf(err))
 	}
 	return err
 }
@@ -291,7 +291,7 @@ func (r *Runtime) setWritable(sb *Sandbox, p api.Phase, old *api.Phase) error {
 	return sys.InMountNS(ns, func() error {
 		err := sys.ReplaceWritable(oldWritable, rootWritable(p.Writable), r.opt.HostUID, r.opt.HostGID)
 		if ue := (*sys.UnbindableError)(nil); errors.As(err, &ue) {
-			return errdefs.Wrap(errdefs.Invalid, "phase_writable_path", ue.Err, "phase %s: writable path %s", p.Name, ue.Path)
+			return errdefs.Wrap(errdefs.Invalid, api.CodePhaseWritablePath, ue.Err, "phase %s: writable path %s", p.Name, ue.Path)
 		}
 		if err != nil {
 			return err

@@ -41,7 +41,7 @@ func (r *Runtime) checkEnforceable(spec sandbox.Spec) error {
 }
 
 func errExecUnenforced(phase string) error {
-	return errdefs.New(errdefs.Unsupported, "executables_unenforced",
+	return errdefs.New(errdefs.Unsupported, api.CodeExecutablesUnenforced,
 		"phase %s names its executables, and this node cannot enforce them (its eBPF monitor does not run)", phase)
 }
 
@@ -60,7 +60,7 @@ func (r *Runtime) setExecutables(sb *Sandbox, p api.Phase) error {
 		return errExecUnenforced(p.Name)
 	}
 	if id == 0 {
-		return errdefs.New(errdefs.Unsupported, "executables_unenforced", "phase %s names its executables, and the sandbox has no cgroup2 group to enforce them on", p.Name)
+		return errdefs.New(errdefs.Unsupported, api.CodeExecutablesUnenforced, "phase %s names its executables, and the sandbox has no cgroup2 group to enforce them on", p.Name)
 	}
 	pid := sb.state.Pid
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid))

@@ -67,7 +67,7 @@ func (s *Sandbox) alive() error {
 		err = c.Err()
 	}
 	if err != nil {
-		return &errdefs.Error{Class: errdefs.Unavailable, Code: "agent_gone", Cause: err, RetryAfter: time.Second,
+		return &errdefs.Error{Class: errdefs.Unavailable, Code: api.CodeAgentGone, Cause: err, RetryAfter: time.Second,
 			Msg: fmt.Sprintf("the agent of sandbox %s went away while it started; nothing was kept, retry later", s.id)}
 	}
 	return nil
@@ -197,7 +197,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		s.mu.Lock()
 		s.destroyed = false
 		s.mu.Unlock()
-		e := errdefs.Wrap(errdefs.Unavailable, "destroy_incomplete", err, "sandbox %s: not every process could be killed yet; destroying it again will finish", s.id)
+		e := errdefs.Wrap(errdefs.Unavailable, api.CodeDestroyIncomplete, err, "sandbox %s: not every process could be killed yet; destroying it again will finish", s.id)
 		e.RetryAfter = 5 * time.Second
 		return e
 	} else if err != nil {
@@ -228,7 +228,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	}
 	s.rt.forget(s)
 	if err := errors.Join(errs...); err != nil {
-		return errdefs.Wrap(errdefs.Internal, "destroy_incomplete", err, "sandbox %s was not fully removed", s.id)
+		return errdefs.Wrap(errdefs.Internal, api.CodeDestroyFailed, err, "sandbox %s was not fully removed", s.id)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -29,7 +30,7 @@ func reachable(path, own string) error {
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
 			if !within(p, own) {
-				return errdefs.New(errdefs.Unavailable, "path_not_searchable",
+				return errdefs.New(errdefs.Unavailable, api.CodePathNotSearchable,
 					"container sandboxes must reach %s, but %s denies search to others: chmod o+x %s", path, p, p)
 			}
 			if err := os.Chmod(p, fi.Mode().Perm()|0o001); err != nil {
