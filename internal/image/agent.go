@@ -61,7 +61,7 @@ func (r *Registry) ensureAgent(ctx context.Context, layers []api.ImageLayer, rec
 		}
 	}
 	if err != nil {
-		return nil, nil, errdefs.Within(errdefs.Invalid, "image_lacks_guest", err,
+		return nil, nil, errdefs.Within(errdefs.Invalid, api.CodeImageLacksGuest, err,
 			"the image may run on the container tier, which needs the agent at %s, none of its layers has it, and the server's %s cannot be added; add a layer with the agent, or name the tiers the image is for (microvm, vm, function)",
 			AgentPath, AgentLayer)
 	}
@@ -79,10 +79,10 @@ func (r *Registry) hasAgent(ctx context.Context, rec store.LayerRecord) (bool, e
 		return ok, nil
 	}
 	if r.blobs == nil {
-		return false, errdefs.New(errdefs.Unavailable, "no_blob_store", "this server has no layer store")
+		return false, errdefs.New(errdefs.Unsupported, api.CodeNoBlobStore, "this server has no layer store")
 	}
 	if rec.Manifest.Meta.Size > maxMetaBytes {
-		return false, errdefs.New(errdefs.TooLarge, "layer_meta_too_large", "layer %s has a %d-byte metadata image, more than %d", rec.ID, rec.Manifest.Meta.Size, maxMetaBytes)
+		return false, errdefs.New(errdefs.TooLarge, api.CodeLayerMetaTooLarge, "layer %s has a %d-byte metadata image, more than %d", rec.ID, rec.Manifest.Meta.Size, maxMetaBytes)
 	}
 	rc, _, err := r.blobs.Open(ctx, rec.Manifest.Meta.Digest)
 	if err != nil {

@@ -21,19 +21,19 @@ func (r *Registry) AddDir(ctx context.Context, name, dir string, tiers []string)
 		return Resolved{}, err
 	}
 	if !filepath.IsAbs(dir) {
-		return Resolved{}, errdefs.New(errdefs.Invalid, "invalid_path", "image directory %q must be absolute", dir)
+		return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeInvalidPath, "image directory %q must be absolute", dir)
 	}
 	dir = filepath.Clean(dir)
 	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return Resolved{}, errdefs.New(errdefs.NotFound, "directory_not_found", "directory %s does not exist on the server", dir)
+		return Resolved{}, errdefs.New(errdefs.NotFound, api.CodeDirectoryNotFound, "directory %s does not exist on the server", dir)
 	}
 	if err != nil || !fi.IsDir() {
-		return Resolved{}, errdefs.New(errdefs.Invalid, "not_a_directory", "%s is not a directory", dir)
+		return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeNotADirectory, "%s is not a directory", dir)
 	}
 	for _, t := range tiers {
 		if !slices.Contains(api.Tiers, t) {
-			return Resolved{}, errdefs.New(errdefs.Invalid, "unknown_tier", "unknown tier %q", t)
+			return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeUnknownTier, "unknown tier %q", t)
 		}
 	}
 	m := store.ImageManifest{Version: 1, Source: "dir:" + dir, Tiers: tiers}

@@ -103,7 +103,7 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,127}(:[A-Za-z0-9._
 func Normalize(ref string) (string, error) {
 	if !namePattern.MatchString(ref) || strings.Contains(ref, "..") || strings.Contains(ref, "//") ||
 		strings.HasSuffix(strings.SplitN(ref, ":", 2)[0], "/") {
-		return "", errdefs.New(errdefs.Invalid, "invalid_name", "name %q is not valid (lower-case name[/path][:tag])", ref)
+		return "", errdefs.New(errdefs.Invalid, api.CodeInvalidName, "name %q is not valid (lower-case name[/path][:tag])", ref)
 	}
 	if !strings.Contains(ref, ":") {
 		ref += ":" + DefaultTag
@@ -214,14 +214,14 @@ func (r *Registry) Compose(ctx context.Context, layers []api.ImageLayer, tiers [
 // the image needs it (ensureAgent).
 func (r *Registry) compose(ctx context.Context, layers []api.ImageLayer, tiers []string, agent bool) (Resolved, error) {
 	if len(layers) == 0 {
-		return Resolved{}, errdefs.New(errdefs.Invalid, "no_layers", "an image needs at least one layer")
+		return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeNoLayers, "an image needs at least one layer")
 	}
 	if len(layers) > 16 {
-		return Resolved{}, errdefs.New(errdefs.Invalid, "too_many_layers", "an image has at most 16 layers")
+		return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeTooManyLayers, "an image has at most 16 layers")
 	}
 	for _, t := range tiers {
 		if !slices.Contains(api.Tiers, t) {
-			return Resolved{}, errdefs.New(errdefs.Invalid, "unknown_tier", "unknown tier %q", t)
+			return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeUnknownTier, "unknown tier %q", t)
 		}
 	}
 	m := store.ImageManifest{Version: 1, Tiers: tiers}
@@ -229,13 +229,13 @@ func (r *Registry) compose(ctx context.Context, layers []api.ImageLayer, tiers [
 	var resolved []api.ImageLayer
 	for _, l := range layers {
 		if l.Role == "" || len(l.Role) > 32 {
-			return Resolved{}, errdefs.New(errdefs.Invalid, "invalid_role", "layer %q needs a role (base, workspace, toolkit, …)", l.ID)
+			return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeInvalidRole, "layer %q needs a role (base, workspace, toolkit, …)", l.ID)
 		}
 		lr, err := r.ResolveLayer(ctx, l.ID)
 		if errdefs.ClassOf(err) == errdefs.NotFound && !layer.ValidDigest(l.ID) {
 			if img, ierr := r.Resolve(ctx, l.ID); ierr == nil {
 				if l.Role != RoleBase {
-					return Resolved{}, errdefs.New(errdefs.Invalid, "image_not_layer",
+					return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeImageNotLayer,
 						"%s is an image, not a layer: an image can only be the base (its layers, %s, become the new image's bottom ones); as %s, name one of its layers", l.ID, layerNames(img), l.Role)
 				}
 				for i, il := range img.Manifest.Layers {
@@ -244,7 +244,7 @@ func (r *Registry) compose(ctx context.Context, layers []api.ImageLayer, tiers [
 				}
 				continue
 			}
-			return Resolved{}, errdefs.New(errdefs.NotFound, "layer_not_found", "no layer named %s (nor an image, which a base may be)", l.ID)
+			return Resolved{}, errdefs.New(errdefs.NotFound, api.CodeLayerNotFound, "no layer named %s (nor an image, which a base may be)", l.ID)
 		}
 		if err != nil {
 			return Resolved{}, err
@@ -253,7 +253,7 @@ func (r *Registry) compose(ctx context.Context, layers []api.ImageLayer, tiers [
 		res.Layers = append(res.Layers, lr)
 	}
 	if len(resolved) > 16 {
-		return Resolved{}, errdefs.New(errdefs.Invalid, "too_many_layers", "an image has at most 16 layers")
+		return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeTooManyLayers, "an image has at most 16 layers")
 	}
 	if agent {
 		var err error

@@ -12,6 +12,7 @@ import (
 
 	"github.com/erofs/go-erofs"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/store"
 )
@@ -55,7 +56,7 @@ func (r *Registry) LayerPaths(ctx context.Context, id string) (map[string]bool, 
 			return nil
 		}
 		if len(paths) == maxLayerEntries {
-			return errdefs.New(errdefs.TooLarge, "layer_too_large", "layer %s has more than %d entries", id, maxLayerEntries)
+			return errdefs.New(errdefs.TooLarge, api.CodeLayerTooLarge, "layer %s has more than %d entries", id, maxLayerEntries)
 		}
 		paths["/"+p] = d.IsDir()
 		return nil
@@ -86,16 +87,16 @@ func (r *Registry) ReadLayerFile(ctx context.Context, id, p string, max int64) (
 	}
 	fi, err := fs.Stat(fsys, name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errdefs.New(errdefs.NotFound, "file_not_found", "layer %s has no %s", id, p)
+		return nil, errdefs.New(errdefs.NotFound, api.CodeFileNotFound, "layer %s has no %s", id, p)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading %s of layer %s: %w", p, id, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, errdefs.New(errdefs.Invalid, "not_a_file", "%s of layer %s is not a regular file", p, id)
+		return nil, errdefs.New(errdefs.Invalid, api.CodeNotAFile, "%s of layer %s is not a regular file", p, id)
 	}
 	if fi.Size() > max {
-		return nil, errdefs.New(errdefs.TooLarge, "file_too_large", "%s of layer %s is larger than %d bytes", p, id, max)
+		return nil, errdefs.New(errdefs.TooLarge, api.CodeFileTooLarge, "%s of layer %s is larger than %d bytes", p, id, max)
 	}
 	f, err := fsys.Open(name)
 	if err != nil {
@@ -107,7 +108,7 @@ func (r *Registry) ReadLayerFile(ctx context.Context, id, p string, max int64) (
 		return nil, fmt.Errorf("reading %s of layer %s: %w", p, id, err)
 	}
 	if int64(len(b)) > max {
-		return nil, errdefs.New(errdefs.TooLarge, "file_too_large", "%s of layer %s is larger than %d bytes", p, id, max)
+		return nil, errdefs.New(errdefs.TooLarge, api.CodeFileTooLarge, "%s of layer %s is larger than %d bytes", p, id, max)
 	}
 	return b, nil
 }
@@ -121,7 +122,7 @@ type cachedPaths struct {
 // small: file data lives in the blob), its data read by range on demand.
 func (r *Registry) layerFS(ctx context.Context, id string) (fs.FS, error) {
 	if r.blobs == nil {
-		return nil, errdefs.New(errdefs.Unsupported, "no_blob_store", "this server has no blob store")
+		return nil, errdefs.New(errdefs.Unsupported, api.CodeNoBlobStore, "this server has no blob store")
 	}
 	rec, err := r.layer(ctx, id)
 	if err != nil {
@@ -140,7 +141,7 @@ func (r *Registry) layerFS(ctx context.Context, id string) (fs.FS, error) {
 
 func (r *Registry) readMeta(ctx context.Context, rec store.LayerRecord) ([]byte, error) {
 	if rec.Manifest.Meta.Size > maxLayerMeta {
-		return nil, errdefs.New(errdefs.TooLarge, "layer_too_large", "the metadata of layer %s is larger than %d bytes", rec.ID, maxLayerMeta)
+		return nil, errdefs.New(errdefs.TooLarge, api.CodeLayerTooLarge, "the metadata of layer %s is larger than %d bytes", rec.ID, maxLayerMeta)
 	}
 	rc, _, err := r.blobs.Open(ctx, rec.Manifest.Meta.Digest)
 	if err != nil {

@@ -56,7 +56,7 @@ func (r *Registry) layer(ctx context.Context, id string) (store.LayerRecord, err
 // name:latest). Adding a layer that exists only adds the names.
 func (r *Registry) AddLayer(ctx context.Context, a layer.Artifact, names ...string) (store.LayerRecord, error) {
 	if r.blobs == nil {
-		return store.LayerRecord{}, errdefs.New(errdefs.Unsupported, "no_blob_store", "this server has no blob store")
+		return store.LayerRecord{}, errdefs.New(errdefs.Unsupported, api.CodeNoBlobStore, "this server has no blob store")
 	}
 	for i, n := range names {
 		nn, err := Normalize(n)
@@ -67,7 +67,7 @@ func (r *Registry) AddLayer(ctx context.Context, a layer.Artifact, names ...stri
 	}
 	m := a.Manifest
 	if err := m.Validate(); err != nil {
-		return store.LayerRecord{}, errdefs.Wrap(errdefs.Invalid, "invalid_layer", err, "the built layer is not valid")
+		return store.LayerRecord{}, errdefs.Wrap(errdefs.Invalid, api.CodeInvalidLayer, err, "the built layer is not valid")
 	}
 	for _, f := range []struct {
 		ref  layer.FileRef
@@ -128,7 +128,7 @@ func (r *Registry) Import(ctx context.Context, kind string, body io.Reader, name
 			a, err = layer.BuildOCI(ctx, spool, out, r.buildOptions(work))
 		}
 	default:
-		return store.LayerRecord{}, errdefs.New(errdefs.Invalid, "invalid_kind", "kind must be tar or oci, not %q", kind)
+		return store.LayerRecord{}, errdefs.New(errdefs.Invalid, api.CodeInvalidKind, "kind must be tar or oci, not %q", kind)
 	}
 	if err != nil {
 		return store.LayerRecord{}, err
@@ -140,7 +140,7 @@ func (r *Registry) Import(ctx context.Context, kind string, body io.Reader, name
 // CLI's --local) with mkfs.erofs and adds it.
 func (r *Registry) BuildDir(ctx context.Context, dir, name string) (store.LayerRecord, error) {
 	if !filepath.IsAbs(dir) {
-		return store.LayerRecord{}, errdefs.New(errdefs.Invalid, "invalid_path", "directory %q must be absolute", dir)
+		return store.LayerRecord{}, errdefs.New(errdefs.Invalid, api.CodeInvalidPath, "directory %q must be absolute", dir)
 	}
 	work, cleanup, err := r.scratch()
 	if err != nil {
@@ -196,7 +196,7 @@ func spoolTo(ctx context.Context, r io.Reader, path string, max int64) error {
 		return fmt.Errorf("receiving archive: %w", err)
 	}
 	if max > 0 && n > max {
-		return errdefs.New(errdefs.TooLarge, "archive_too_large", "the archive is larger than %d bytes", max)
+		return errdefs.New(errdefs.TooLarge, api.CodeArchiveTooLarge, "the archive is larger than %d bytes", max)
 	}
 	return ctx.Err()
 }
@@ -285,12 +285,12 @@ func (r *Registry) RemoveLayer(ctx context.Context, ref string, inUse func(layer
 			continue
 		}
 		if n := nameOf(img.ID, inames); n != "" {
-			return errdefs.New(errdefs.Conflict, "layer_in_use", "layer %s is used by image %s%s; remove the image first", rec.ID, img.ID, n)
+			return errdefs.New(errdefs.Conflict, api.CodeLayerInUse, "layer %s is used by image %s%s; remove the image first", rec.ID, img.ID, n)
 		}
 		unnamed = append(unnamed, img.ID)
 	}
 	if inUse != nil && inUse(rec.ID) {
-		return errdefs.New(errdefs.Conflict, "layer_in_use", "layer %s is used by a live sandbox", rec.ID)
+		return errdefs.New(errdefs.Conflict, api.CodeLayerInUse, "layer %s is used by a live sandbox", rec.ID)
 	}
 	for _, id := range unnamed {
 		if err := r.recs.DeleteImage(ctx, id); err != nil {
