@@ -1,7 +1,10 @@
 // Package errdefs defines DSec's error classes. Every error that reaches a
 // user carries one class (which the REST edge maps to an HTTP status, once)
-// and a stable code naming the precise condition. The message is written for
-// the user; the cause, if any, is kept apart for logs.
+// and a stable code naming the precise condition: a constant of the api
+// package's registry (api.ErrorCodes), which gives each code its class; a
+// test fails on a code written as a string or used with another class.
+// The message is written for the user; the cause, if any, is kept apart
+// for logs.
 package errdefs
 
 import (
@@ -10,6 +13,8 @@ import (
 	"fmt"
 	"io/fs"
 	"time"
+
+	"github.com/dsec-dev/dsec/api"
 )
 
 // Class is an error class. Classes are errors themselves, so
@@ -18,20 +23,20 @@ type Class string
 
 func (c Class) Error() string { return string(c) }
 
-// The classes. Their string values are part of the wire protocol between
-// server and nodes; do not rename them.
+// The classes. Their string values are part of the wire protocol, to
+// users and between server and nodes: the api package names them.
 const (
-	Invalid          Class = "invalid_argument"
-	Unauthenticated  Class = "unauthenticated"
-	PermissionDenied Class = "permission_denied"
-	NotFound         Class = "not_found"
-	Conflict         Class = "conflict"
-	TooLarge         Class = "too_large"
-	Unsupported      Class = "unsupported"
-	RateLimited      Class = "rate_limited"
-	Unavailable      Class = "unavailable"
-	DeadlineExceeded Class = "deadline_exceeded"
-	Internal         Class = "internal"
+	Invalid          Class = api.ClassInvalid
+	Unauthenticated  Class = api.ClassUnauthenticated
+	PermissionDenied Class = api.ClassPermissionDenied
+	NotFound         Class = api.ClassNotFound
+	Conflict         Class = api.ClassConflict
+	TooLarge         Class = api.ClassTooLarge
+	Unsupported      Class = api.ClassUnsupported
+	RateLimited      Class = api.ClassRateLimited
+	Unavailable      Class = api.ClassUnavailable
+	DeadlineExceeded Class = api.ClassDeadlineExceeded
+	Internal         Class = api.ClassInternal
 )
 
 // Classes lists every class, for tests and documentation.
@@ -55,7 +60,8 @@ var ErrNotSupported = errors.New("not supported on this host")
 // Error is a classified error with a stable code and a user-facing message.
 type Error struct {
 	Class Class
-	// Code names the condition precisely, e.g. "sandbox_not_found".
+	// Code names the condition precisely: one of api.ErrorCodes, used
+	// with its class, e.g. api.CodeSandboxNotFound.
 	Code string
 	// Msg is safe to show to the user.
 	Msg string
