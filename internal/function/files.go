@@ -36,14 +36,10 @@ func resolve(p string) (abs, rel string, err error) {
 	return abs, sandbox.RelPath(FileRoot, abs), nil
 }
 
-// fileError classifies an error of an operation on the file at abs: the
-// files API's errors (sandbox.FileError), and the sandbox's end.
-func fileError(abs string, err error) error {
-	if errors.Is(err, os.ErrClosed) {
-		return errdefs.Wrap(errdefs.NotFound, "sandbox_not_found", err, "the sandbox is gone")
-	}
-	return sandbox.FileError(abs, err)
-}
+// fileError classifies an error of an operation on the file at abs
+// (sandbox.FileError: the one map of every tier's files API, which also
+// reports the sandbox's end, os.ErrClosed, as sandbox_not_found).
+func fileError(abs string, err error) error { return sandbox.FileError(abs, err) }
 
 func (f *files) stat(abs, rel string) (api.FileInfo, error) {
 	info, err := sandbox.Lstat(f.work, abs, rel)
