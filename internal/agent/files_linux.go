@@ -60,12 +60,7 @@ func (a *agent) statPath(abs, rel string) (api.FileInfo, error) {
 
 // open streams a regular file: its FileInfo as an event, then its
 // content.
-func (a *agent) open(c *agentproto.Call) {
-	var args agentproto.PathArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) open(c *agentproto.Call, args agentproto.PathArgs) {
 	abs, rel, err := resolve(args.Path)
 	if err != nil {
 		c.Reply(nil, err)
@@ -110,12 +105,7 @@ func (a *agent) open(c *agentproto.Call) {
 
 // write replaces a file with the call's data: a temporary file in the
 // target's directory, renamed over the target once complete.
-func (a *agent) write(c *agentproto.Call) {
-	var args agentproto.WriteArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) write(c *agentproto.Call, args agentproto.WriteArgs) {
 	fi, err := a.writeFile(c, args)
 	c.Reply(fi, err)
 }
@@ -192,12 +182,7 @@ func (a *agent) writeFile(c *agentproto.Call, args agentproto.WriteArgs) (api.Fi
 }
 
 // list streams a directory listing, sorted by path, as NDJSON.
-func (a *agent) list(c *agentproto.Call) {
-	var args agentproto.ListArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) list(c *agentproto.Call, args agentproto.ListArgs) {
 	abs, rel, err := resolve(args.Path)
 	if err != nil {
 		c.Reply(nil, err)
@@ -287,12 +272,7 @@ func sendLines[T any](c *agentproto.Call, entries []T) error {
 	return flush()
 }
 
-func (a *agent) stat(c *agentproto.Call) {
-	var args agentproto.PathArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) stat(c *agentproto.Call, args agentproto.PathArgs) {
 	abs, rel, err := resolve(args.Path)
 	if err != nil {
 		c.Reply(nil, err)
@@ -301,12 +281,7 @@ func (a *agent) stat(c *agentproto.Call) {
 	c.Reply(a.statPath(abs, rel))
 }
 
-func (a *agent) mkdir(c *agentproto.Call) {
-	var args agentproto.MkdirArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) mkdir(c *agentproto.Call, args agentproto.MkdirArgs) {
 	abs, rel, err := resolve(args.Path)
 	if err != nil {
 		c.Reply(nil, err)
@@ -324,12 +299,7 @@ func (a *agent) mkdir(c *agentproto.Call) {
 	c.Reply(a.statPath(abs, rel))
 }
 
-func (a *agent) remove(c *agentproto.Call) {
-	var args agentproto.RemoveArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) remove(c *agentproto.Call, args agentproto.RemoveArgs) {
 	abs, rel, err := resolve(args.Path)
 	if err != nil {
 		c.Reply(nil, err)
@@ -358,12 +328,7 @@ func (a *agent) remove(c *agentproto.Call) {
 	c.Reply(struct{}{}, nil)
 }
 
-func (a *agent) rename(c *agentproto.Call) {
-	var args agentproto.RenameArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) rename(c *agentproto.Call, args agentproto.RenameArgs) {
 	fromAbs, fromRel, err := resolve(args.From)
 	if err != nil {
 		c.Reply(nil, err)
