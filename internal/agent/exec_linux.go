@@ -23,12 +23,7 @@ var eot = []byte{4}
 
 // exec runs a command: to completion, streaming its output to the call,
 // or in the background.
-func (a *agent) exec(c *agentproto.Call) {
-	var args agentproto.ExecArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) exec(c *agentproto.Call, args agentproto.ExecArgs) {
 	if args.MaxOutputBytes <= 0 {
 		args.MaxOutputBytes = a.opt.MaxOutput
 	}
@@ -370,12 +365,7 @@ func (s *subscriber) take() []chunk {
 	return out
 }
 
-func (a *agent) attach(c *agentproto.Call) {
-	var args agentproto.PidArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) attach(c *agentproto.Call, args agentproto.PidArgs) {
 	p, err := a.lookup(args.Pid, true)
 	if err != nil {
 		c.Reply(nil, err)
@@ -414,12 +404,7 @@ func (a *agent) attach(c *agentproto.Call) {
 	}
 }
 
-func (a *agent) wait(c *agentproto.Call) {
-	var args agentproto.PidArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) wait(c *agentproto.Call, args agentproto.PidArgs) {
 	p, err := a.lookup(args.Pid, true)
 	if err != nil {
 		c.Reply(nil, err)
@@ -444,12 +429,7 @@ func (a *agent) wait(c *agentproto.Call) {
 	c.Reply(p.result, nil)
 }
 
-func (a *agent) writeStdin(c *agentproto.Call) {
-	var args agentproto.PidArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) writeStdin(c *agentproto.Call, args agentproto.PidArgs) {
 	p, err := a.lookup(args.Pid, true)
 	if err != nil {
 		c.Reply(nil, err)
@@ -471,12 +451,7 @@ func (a *agent) writeStdin(c *agentproto.Call) {
 	}
 }
 
-func (a *agent) closeStdin(c *agentproto.Call) {
-	var args agentproto.PidArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) closeStdin(c *agentproto.Call, args agentproto.PidArgs) {
 	p, err := a.lookup(args.Pid, true)
 	if err != nil {
 		c.Reply(nil, err)
@@ -502,12 +477,7 @@ func signalName(s syscall.Signal) string {
 	return s.String()
 }
 
-func (a *agent) signal(c *agentproto.Call) {
-	var args agentproto.SignalArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) signal(c *agentproto.Call, args agentproto.SignalArgs) {
 	name := strings.TrimPrefix(strings.ToUpper(args.Signal), "SIG")
 	if name == "" {
 		name = "KILL"
@@ -533,12 +503,7 @@ func (a *agent) signal(c *agentproto.Call) {
 	c.Reply(struct{}{}, nil)
 }
 
-func (a *agent) resize(c *agentproto.Call) {
-	var args agentproto.ResizeArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) resize(c *agentproto.Call, args agentproto.ResizeArgs) {
 	if args.Rows == 0 || args.Cols == 0 {
 		c.Reply(nil, errdefs.New(errdefs.Invalid, api.CodeInvalidSize, "terminal size %dx%d", args.Rows, args.Cols))
 		return
@@ -588,12 +553,7 @@ func (a *agent) processes(c *agentproto.Call) {
 	c.Reply(struct{}{}, nil)
 }
 
-func (a *agent) process(c *agentproto.Call) {
-	var args agentproto.PidArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+func (a *agent) process(c *agentproto.Call, args agentproto.PidArgs) {
 	p, err := a.lookup(args.Pid, false)
 	if err != nil {
 		c.Reply(nil, err)

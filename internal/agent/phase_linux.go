@@ -42,11 +42,11 @@ func (a *agent) phase(c *agentproto.Call) {
 		c.Reply(nil, errdefs.New(errdefs.Unsupported, api.CodePhaseUnsupported, "this agent does not apply phases: its host does"))
 		return
 	}
-	var args agentproto.PhaseArgs
-	if err := c.Decode(&args); err != nil {
-		c.Reply(nil, err)
-		return
-	}
+	serve(c, a.applyPhase)
+}
+
+// applyPhase ends the earlier phase's processes and applies args.
+func (a *agent) applyPhase(c *agentproto.Call, args agentproto.PhaseArgs) {
 	a.phaseMu.Lock()
 	defer a.phaseMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), phaseKillTimeout)

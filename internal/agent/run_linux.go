@@ -209,39 +209,39 @@ func (a *agent) admit(conn net.Conn) error {
 func (a *agent) handle(c *agentproto.Call) {
 	switch c.Op {
 	case agentproto.OpHello:
-		a.hello(c)
+		serve(c, a.hello)
 	case agentproto.OpExec:
-		a.exec(c)
+		serve(c, a.exec)
 	case agentproto.OpWait:
-		a.wait(c)
+		serve(c, a.wait)
 	case agentproto.OpAttach:
-		a.attach(c)
+		serve(c, a.attach)
 	case agentproto.OpStdin:
-		a.writeStdin(c)
+		serve(c, a.writeStdin)
 	case agentproto.OpCloseStdin:
-		a.closeStdin(c)
+		serve(c, a.closeStdin)
 	case agentproto.OpSignal:
-		a.signal(c)
+		serve(c, a.signal)
 	case agentproto.OpResize:
-		a.resize(c)
+		serve(c, a.resize)
 	case agentproto.OpProcesses:
 		a.processes(c)
 	case agentproto.OpProcess:
-		a.process(c)
+		serve(c, a.process)
 	case agentproto.OpOpen:
-		a.open(c)
+		serve(c, a.open)
 	case agentproto.OpWrite:
-		a.write(c)
+		serve(c, a.write)
 	case agentproto.OpList:
-		a.list(c)
+		serve(c, a.list)
 	case agentproto.OpStat:
-		a.stat(c)
+		serve(c, a.stat)
 	case agentproto.OpMkdir:
-		a.mkdir(c)
+		serve(c, a.mkdir)
 	case agentproto.OpRemove:
-		a.remove(c)
+		serve(c, a.remove)
 	case agentproto.OpRename:
-		a.rename(c)
+		serve(c, a.rename)
 	case agentproto.OpStats:
 		c.Reply(a.stats(), nil)
 	case agentproto.OpPhase:
@@ -251,12 +251,19 @@ func (a *agent) handle(c *agentproto.Call) {
 	}
 }
 
-func (a *agent) hello(c *agentproto.Call) {
-	var args agentproto.HelloArgs
+// serve decodes c's arguments into an A and passes them to h, the
+// call's handler; undecodable arguments are the call's reply (Invalid,
+// bad_request) and h does not run.
+func serve[A any](c *agentproto.Call, h func(*agentproto.Call, A)) {
+	var args A
 	if err := c.Decode(&args); err != nil {
 		c.Reply(nil, err)
 		return
 	}
+	h(c, args)
+}
+
+func (a *agent) hello(c *agentproto.Call, args agentproto.HelloArgs) {
 	// The agent answers with its own version whatever the node speaks;
 	// the node decides whether it can talk to it.
 	caps := []string{

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
@@ -148,8 +149,7 @@ type Runtime struct {
 	testZygoteAnswer func(pid int) error
 	testBeforeJoin   func(pid int) error
 
-	emu   sync.Mutex // guards onEnd
-	onEnd func(sandbox.Ended)
+	ends agentsandbox.Ends // sandbox.EndNotifier
 
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*Sandbox
@@ -195,9 +195,7 @@ const forkers = 2
 func (r *Runtime) Tier() string { return Tier }
 
 // Capabilities implements sandbox.Runtime.
-func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, Processes: true, PTY: true, FileRoot: "/", OwnRoot: true}
-}
+func (r *Runtime) Capabilities() sandbox.Capabilities { return agentsandbox.Capabilities() }
 
 // Fingerprint implements sandbox.Runtime.
 func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -277,11 +278,11 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	}
 	cfg := guest.SandboxConfig{
 		KeepCaps: capNumbers(caps),
-		Rootfs:   rootfs, RootFD: 6, SockDir: sockDir, Hostname: hostname(spec.ID),
-		Hosts:      hostsFile(spec.ID, ep),
-		ResolvConf: resolvConf(ep),
+		Rootfs:   rootfs, RootFD: 6, SockDir: sockDir, Hostname: agentsandbox.Hostname(spec.ID),
+		Hosts:      agentsandbox.HostsFile(spec.ID, ep),
+		ResolvConf: agentsandbox.ResolvConf(ep),
 		Seccomp:    prog,
-		Env:        baseEnv(),
+		Env:        agentsandbox.BaseEnv(nil),
 	}
 	if st.Netns == "" {
 		// Every group of the sandbox may ping: its own ids.
@@ -311,7 +312,7 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 		return nil, err
 	}
 	cu.Release()
-	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, client: client, cg: cg, wait: wait, releaseRoot: releaseRoot}, nil
+	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, agent: agentsandbox.NewAgent(Tier, spec.ID, client), cg: cg, wait: wait, releaseRoot: releaseRoot}, nil
 }
 
 func (r *Runtime) limits(spec sandbox.Spec) cgroups.Limits {

@@ -111,7 +111,7 @@ func testKernel(t *testing.T, e *isoEnv, main *Sandbox) {
 		})
 		// With a PTY the terminal is the command's own, in a session of
 		// its own.
-		c, err := main.agent()
+		c, err := main.agent.Client()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ import (
 // cannot change users itself).
 func runAs(t *testing.T, sb *Sandbox, uid, gid uint32, argv ...string) api.ExecResult {
 	t.Helper()
-	c, err := sb.agent()
+	c, err := sb.agent.Client()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func testSeam(t *testing.T, e *isoEnv, main *Sandbox) {
 			t.Fatal(err)
 		}
 		checkFds("background", res.Stdout)
-		c, err := main.agent()
+		c, err := main.agent.Client()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package container
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -38,11 +37,7 @@ var _ sandbox.EndNotifier = (*Runtime)(nil)
 const agentMemoryBytes = 32 << 20
 
 // OnEnd implements sandbox.EndNotifier.
-func (r *Runtime) OnEnd(fn func(sandbox.Ended)) {
-	r.emu.Lock()
-	r.onEnd = fn
-	r.emu.Unlock()
-}
+func (r *Runtime) OnEnd(fn func(sandbox.Ended)) { r.ends.OnEnd(fn) }
 
 // placeCommands moves the agent's fork thread (guest.ForkThread) into the
 // sandbox's commands memory group, so that every command it starts is
@@ -134,16 +129,8 @@ func (s *Sandbox) watchAgent() {
 		comm := "dsec-guest"
 		s.record(monitor.Event{Kind: monitor.KindSandboxEnded, Pid: uint32(end.Pid), UID: uint32(s.rt.opt.HostUID),
 			Comm: comm, Path: "/" + GuestPath, Ret: int64(end.Status), Detail: end.Reason()})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.Destroy(ctx); err != nil {
+		if err := s.rt.ends.Ended(end, s.Destroy); err != nil {
 			s.rt.log.Error("releasing a sandbox whose agent ended", "sandbox", s.id, "err", err)
-		}
-		s.rt.emu.Lock()
-		fn := s.rt.onEnd
-		s.rt.emu.Unlock()
-		if fn != nil {
-			fn(end)
 		}
 	}()
 }

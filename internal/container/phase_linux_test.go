@@ -164,7 +164,7 @@ func TestPhaseDevReadOnly(t *testing.T) {
 			t.Errorf("phase %s (writable %q):\n%s\nwant\n%s", p.Name, p.Writable, got, step.want)
 		}
 		// A terminal still opens (/dev/ptmx leads to the devpts mount).
-		c, err := sb.agent()
+		c, err := sb.agent.Client()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/guest"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -159,7 +160,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	// The agent answers before the root is taken over: releasing a root
 	// unmounts it, which must not happen to a sandbox that runs on (one
 	// whose adoption the caller cancelled).
-	client, err := dialAgent(ctx, filepath.Join(dir, "sock", guest.SockName), r.log)
+	client, err := agentsandbox.Dial(ctx, filepath.Join(dir, "sock", guest.SockName), r.log, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +172,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		return nil, err
 	}
 	pid := st.Pid
-	sb := &Sandbox{rt: r, id: st.Spec.ID, dir: dir, state: st, client: client, cg: cg,
+	sb := &Sandbox{rt: r, id: st.Spec.ID, dir: dir, state: st, agent: agentsandbox.NewAgent(Tier, st.Spec.ID, client), cg: cg,
 		wait: func() { waitGone(pid) }, releaseRoot: releaseRoot}
 	if err := sb.openExitWatch(); err != nil {
 		client.Close()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/monitor"
@@ -33,8 +34,9 @@ type Sandbox struct {
 	phaseMu sync.RWMutex
 	phases  phaseHistory // when each recent phase began (audit labels)
 
+	agent *agentsandbox.Agent
+
 	mu        sync.Mutex // guards following fields
-	client    *agentproto.Client
 	destroyed bool
 	// exit watches the agent (liveness.go); oomBase is the group's own
 	// OOM kill count when the watch began.
@@ -50,19 +52,10 @@ var (
 // ID implements sandbox.Sandbox.
 func (s *Sandbox) ID() string { return s.id }
 
-func (s *Sandbox) agent() (*agentproto.Client, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.destroyed || s.client == nil {
-		return nil, sandbox.ErrGone(s.id)
-	}
-	return s.client, nil
-}
-
 // alive fails, with a retryable error, if the agent's connection has
 // ended (a sandbox that create hands out must answer its first command).
 func (s *Sandbox) alive() error {
-	c, err := s.agent()
+	c, err := s.agent.Client()
 	if err == nil {
 		err = c.Err()
 	}
@@ -75,7 +68,7 @@ func (s *Sandbox) alive() error {
 
 // ping checks the agent answers, within ctx or 5 s.
 func (s *Sandbox) ping(ctx context.Context) error {
-	c, err := s.agent()
+	c, err := s.agent.Client()
 	if err != nil {
 		return err
 	}
@@ -87,54 +80,49 @@ func (s *Sandbox) ping(ctx context.Context) error {
 
 // Exec implements sandbox.Sandbox.
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecResult, error) {
-	c, err := s.agent()
+	cmd, err := s.command(&req)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	ar, err := s.agentExec(&req)
-	if err != nil {
-		return api.ExecResult{}, err
-	}
-	out := agentproto.OutputTo(req.Stdout, req.Stderr)
 	phase := s.Phase()
-	res, err := c.Exec(ctx, ar, out)
+	res, err := s.agent.Exec(ctx, cmd, req.Stdout, req.Stderr, nil)
 	res.Phase = phase
 	if err == nil && (res.StdoutTruncated || res.StderrTruncated) {
-		s.record(monitor.Event{Kind: monitor.KindOutputCapped, Path: ar.Argv[0]})
+		s.record(monitor.Event{Kind: monitor.KindOutputCapped, Path: cmd.Argv[0]})
 	}
 	return res, err
 }
 
-func (s *Sandbox) agentExec(req *sandbox.ExecRequest) (agentproto.ExecRequest, error) {
-	argv, err := sandbox.Argv(Tier, s.rt.Capabilities(), req)
+// command is req for the agent, with the sandbox's variables (the agent's
+// own environment is every sandbox's: BaseEnv), run as the current
+// phase's user with its capabilities. It fails first if the agent is
+// gone.
+func (s *Sandbox) command(req *sandbox.ExecRequest) (agentproto.ExecRequest, error) {
+	if _, err := s.agent.Client(); err != nil {
+		return agentproto.ExecRequest{}, err
+	}
+	cmd, err := s.agent.Command(req, s.state.Spec, s.commandPhase())
 	if err != nil {
 		return agentproto.ExecRequest{}, err
 	}
-	ar := agentproto.ExecRequestFrom(argv, *req)
-	ar.Env = commandEnv(s.state.Spec, req.Env)
-	ar.User = agentproto.CommandUser(s.state.Spec, s.commandPhase())
-	return ar, nil
+	cmd.Env = agentsandbox.CommandEnv(s.state.Spec, req.Env)
+	return cmd, nil
 }
 
 // StartProcess implements sandbox.ProcessRunner.
 func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
-	if _, err := s.agent(); err != nil {
-		return nil, err
-	}
-	ar, err := s.agentExec(&req)
+	cmd, err := s.command(&req)
 	if err != nil {
 		return nil, err
 	}
-	return agentproto.StartProcess(ctx, s.agent, ar)
+	return s.agent.Start(ctx, cmd)
 }
 
 // Processes implements sandbox.ProcessRunner.
-func (s *Sandbox) Processes() []api.Process { return agentproto.ListProcesses(s.agent) }
+func (s *Sandbox) Processes() []api.Process { return s.agent.Processes() }
 
 // Process implements sandbox.ProcessRunner.
-func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
-	return agentproto.LookupProcess(s.agent, pid)
-}
+func (s *Sandbox) Process(pid int) (sandbox.Process, error) { return s.agent.Process(pid) }
 
 // Stats implements sandbox.Sandbox, from the host's view of the sandbox
 // (its cgroups and upper tmpfs), never from the agent.
@@ -178,12 +166,8 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		return nil
 	}
 	s.destroyed = true
-	c := s.client
-	s.client = nil
 	s.mu.Unlock()
-	if c != nil {
-		c.Close()
-	}
+	s.agent.Close()
 	s.closeExitWatch()
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
@@ -236,12 +220,6 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 // detach drops the node's connection and leaves the sandbox running (the
 // runtime is closing; a later Recover adopts it again).
 func (s *Sandbox) detach() {
-	s.mu.Lock()
-	c := s.client
-	s.client = nil
-	s.mu.Unlock()
-	if c != nil {
-		c.Close()
-	}
+	s.agent.Close()
 	s.closeExitWatch()
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
@@ -270,11 +271,11 @@ func (r *Runtime) makeWarmInto(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 	if procs, err := sb.cg.Procs(); err != nil || !slices.Contains(procs, pid) {
 		return fmt.Errorf("its agent is gone")
 	}
-	name := hostname(spec.ID)
+	name := agentsandbox.Hostname(spec.ID)
 	if err := sys.SetHostnameIn(uts, name); err != nil {
 		return err
 	}
-	for file, content := range map[string]string{"etc/hostname": name + "\n", "etc/hosts": hostsFile(spec.ID, &network.Endpoint{})} {
+	for file, content := range map[string]string{"etc/hostname": name + "\n", "etc/hosts": agentsandbox.HostsFile(spec.ID, nil)} {
 		if err := writeExisting(root, file, content); err != nil {
 			return fmt.Errorf("writing /%s: %w", file, err)
 		}
@@ -283,6 +284,7 @@ func (r *Runtime) makeWarmInto(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 		return err
 	}
 	sb.id, sb.state = spec.ID, &st
+	sb.agent.Rename(spec.ID)
 	return nil
 }
 

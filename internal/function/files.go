@@ -2,52 +2,28 @@ package function
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"io"
-	"io/fs"
 	"os"
-	"path"
-	"slices"
-	"syscall"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
-// maxListDepth caps Files.List.
-const maxListDepth = 32
-
 // files is a sandbox's files API: /workspace, reached only through an
 // os.Root on the workspace directory so that no path, symlink or not,
-// leads out of it.
+// leads out of it (sandbox.RootFiles, as the in-sandbox agent's), behind
+// the phase's writable paths and the sandbox's life.
 type files Sandbox
 
 var _ sandbox.Files = (*files)(nil)
 
+// root is the workspace, as the files API serves it.
+func (f *files) root() sandbox.RootFiles { return sandbox.RootFiles{Root: f.work, Name: FileRoot} }
+
 // resolve cleans a user path and returns it and its path in the root.
 func resolve(p string) (abs, rel string, err error) {
-	abs, err = sandbox.CleanPath(FileRoot, p)
-	if err != nil {
-		return "", "", err
-	}
-	return abs, sandbox.RelPath(FileRoot, abs), nil
-}
-
-// fileError classifies an error of an operation on the file at abs: the
-// files API's errors (sandbox.FileError), and the sandbox's end.
-func fileError(abs string, err error) error {
-	if errors.Is(err, os.ErrClosed) {
-		return errdefs.Wrap(errdefs.NotFound, api.CodeSandboxNotFound, err, "the sandbox is gone")
-	}
-	return sandbox.FileError(abs, err)
-}
-
-func (f *files) stat(abs, rel string) (api.FileInfo, error) {
-	info, err := sandbox.Lstat(f.work, abs, rel)
-	return info, fileError(abs, err)
+	return sandbox.RootFiles{Name: FileRoot}.Resolve(p)
 }
 
 // Open implements sandbox.Files.
@@ -70,8 +46,9 @@ func (f *files) Open(ctx context.Context, p string) (io.ReadCloser, api.FileInfo
 	return readCloser{Reader: r, Closer: fh}, sandbox.FileInfo(abs, fi), nil
 }
 
-// Write implements sandbox.Files: the content goes to a temporary file in
-// the target's directory, which is then renamed over the target.
+// Write implements sandbox.Files (sandbox.RootFiles.Write: a temporary
+// file renamed over the target). The request's and the sandbox's ends
+// stop it.
 func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.WriteOptions) (api.FileInfo, error) {
 	abs, rel, err := resolve(p)
 	if err != nil {
@@ -87,59 +64,7 @@ func (f *files) Write(ctx context.Context, p string, r io.Reader, opt sandbox.Wr
 		return api.FileInfo{}, err
 	}
 	defer f.ops.leave()
-	dir := path.Dir(rel)
-	if opt.Parents && dir != "." {
-		if err := f.work.MkdirAll(dir, 0o755); err != nil {
-			return api.FileInfo{}, fileError(path.Dir(abs), err)
-		}
-	}
-	if fi, err := f.work.Lstat(rel); err == nil && fi.IsDir() {
-		return api.FileInfo{}, errdefs.New(errdefs.Invalid, sandbox.CodeIsADirectory, "%s is a directory", abs)
-	}
-	mode := fs.FileMode(opt.Mode).Perm()
-	if opt.Mode == 0 {
-		mode = 0o644
-	}
-	var suffix [8]byte
-	rand.Read(suffix[:])
-	tmp := path.Join(dir, ".dsec-write-"+hex.EncodeToString(suffix[:]))
-	fh, err := f.work.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return api.FileInfo{}, errdefs.New(errdefs.NotFound, sandbox.CodeParentNotFound,
-			"directory %s does not exist (write with parents to create it)", path.Dir(abs))
-	}
-	if err != nil {
-		return api.FileInfo{}, fileError(abs, err)
-	}
-	done := false
-	defer func() {
-		if !done {
-			fh.Close()
-			f.work.Remove(tmp)
-		}
-	}()
-	src := io.Reader(ctxReader{ctx: ctx, life: f.life, r: r})
-	if opt.MaxBytes > 0 {
-		src = io.LimitReader(src, opt.MaxBytes+1)
-	}
-	n, err := io.Copy(fh, src)
-	if err != nil {
-		return api.FileInfo{}, fileError(abs, err)
-	}
-	if opt.MaxBytes > 0 && n > opt.MaxBytes {
-		return api.FileInfo{}, errdefs.New(errdefs.TooLarge, sandbox.CodeFileTooLarge, "%s would be larger than %d bytes", abs, opt.MaxBytes)
-	}
-	if err := fh.Chmod(mode); err != nil {
-		return api.FileInfo{}, fileError(abs, err)
-	}
-	if err := fh.Close(); err != nil {
-		return api.FileInfo{}, fileError(abs, err)
-	}
-	if err := f.work.Rename(tmp, rel); err != nil {
-		return api.FileInfo{}, fileError(abs, err)
-	}
-	done = true
-	return f.stat(abs, rel)
+	return f.root().Write(abs, rel, ctxReader{ctx: ctx, life: f.life, r: r}, opt)
 }
 
 type readCloser struct {
@@ -169,67 +94,11 @@ func (f *files) List(ctx context.Context, p string, depth int) ([]api.FileInfo, 
 	if err != nil {
 		return nil, err
 	}
-	depth = min(max(depth, 1), maxListDepth)
 	if err := (*Sandbox)(f).enter(); err != nil {
 		return nil, err
 	}
 	defer f.ops.leave()
-	fi, err := f.work.Lstat(rel)
-	if err != nil {
-		return nil, fileError(abs, err)
-	}
-	if !fi.IsDir() {
-		return nil, errdefs.New(errdefs.Invalid, sandbox.CodeNotADirectory, "%s is not a directory", abs)
-	}
-	out := []api.FileInfo{}
-	if err := f.list(ctx, abs, rel, depth, &out); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(out, func(a, b api.FileInfo) int {
-		switch {
-		case a.Path < b.Path:
-			return -1
-		case a.Path > b.Path:
-			return 1
-		}
-		return 0
-	})
-	return out, nil
-}
-
-func (f *files) list(ctx context.Context, abs, rel string, depth int, out *[]api.FileInfo) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	dir, err := f.work.Open(rel)
-	if err != nil {
-		return fileError(abs, err)
-	}
-	entries, err := dir.ReadDir(-1)
-	dir.Close()
-	if err != nil {
-		return fileError(abs, err)
-	}
-	for _, e := range entries {
-		childAbs, childRel := path.Join(abs, e.Name()), path.Join(rel, e.Name())
-		info, err := f.stat(childAbs, childRel)
-		if errdefs.ClassOf(err) == errdefs.NotFound {
-			continue // removed while we list
-		}
-		if err != nil {
-			return err
-		}
-		if len(*out) >= sandbox.MaxListEntries {
-			return errdefs.New(errdefs.TooLarge, sandbox.CodeTooManyEntries, "the listing has more than %d entries; list less deep", sandbox.MaxListEntries)
-		}
-		*out = append(*out, info)
-		if info.Type == api.FileTypeDir && depth > 1 {
-			if err := f.list(ctx, childAbs, childRel, depth-1, out); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return f.root().List(ctx, abs, rel, depth)
 }
 
 // Stat implements sandbox.Files.
@@ -242,7 +111,7 @@ func (f *files) Stat(ctx context.Context, p string) (api.FileInfo, error) {
 		return api.FileInfo{}, err
 	}
 	defer f.ops.leave()
-	return f.stat(abs, rel)
+	return f.root().Stat(abs, rel)
 }
 
 // Mkdir implements sandbox.Files.
@@ -258,15 +127,7 @@ func (f *files) Mkdir(ctx context.Context, p string, parents bool) (api.FileInfo
 		return api.FileInfo{}, err
 	}
 	defer f.ops.leave()
-	if parents {
-		err = f.work.MkdirAll(rel, 0o755)
-	} else {
-		err = f.work.Mkdir(rel, 0o755)
-	}
-	if err != nil {
-		return api.FileInfo{}, fileError(abs, err)
-	}
-	return f.stat(abs, rel)
+	return f.root().Mkdir(abs, rel, parents)
 }
 
 // Remove implements sandbox.Files. The workspace itself cannot be removed.
@@ -285,18 +146,7 @@ func (f *files) Remove(ctx context.Context, p string, recursive bool) error {
 		return err
 	}
 	defer f.ops.leave()
-	if _, err := f.work.Lstat(rel); err != nil {
-		return fileError(abs, err)
-	}
-	if recursive {
-		err = f.work.RemoveAll(rel)
-	} else {
-		err = f.work.Remove(rel)
-		if errors.Is(err, syscall.EEXIST) {
-			err = &fs.PathError{Op: "remove", Path: rel, Err: syscall.ENOTEMPTY}
-		}
-	}
-	return fileError(abs, err)
+	return f.root().Remove(abs, rel, recursive)
 }
 
 // Rename implements sandbox.Files.
@@ -321,11 +171,5 @@ func (f *files) Rename(ctx context.Context, from, to string) (api.FileInfo, erro
 		return api.FileInfo{}, err
 	}
 	defer f.ops.leave()
-	if _, err := f.work.Lstat(fromRel); err != nil {
-		return api.FileInfo{}, fileError(fromAbs, err)
-	}
-	if err := f.work.Rename(fromRel, toRel); err != nil {
-		return api.FileInfo{}, fileError(toAbs, err)
-	}
-	return f.stat(toAbs, toRel)
+	return f.root().Rename(fromAbs, fromRel, toAbs, toRel)
 }

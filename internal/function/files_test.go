@@ -92,7 +92,7 @@ func TestFilesListDepthCap(t *testing.T) {
 	fs := create(t, rt, nil).Files()
 	ctx := context.Background()
 	p := "/workspace"
-	for i := 0; i < maxListDepth+3; i++ {
+	for i := 0; i < sandbox.MaxListDepth+3; i++ {
 		p += fmt.Sprintf("/%d", i)
 	}
 	if _, err := fs.Mkdir(ctx, p, true); err != nil {
@@ -102,8 +102,8 @@ func TestFilesListDepthCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != maxListDepth {
-		t.Errorf("List(depth 1000) returned %d entries, want %d", len(list), maxListDepth)
+	if len(list) != sandbox.MaxListDepth {
+		t.Errorf("List(depth 1000) returned %d entries, want %d", len(list), sandbox.MaxListDepth)
 	}
 	if list[0].Type != api.FileTypeDir || list[0].Path != "/workspace/0" || list[0].Name != "0" {
 		t.Errorf("first entry %+v", list[0])

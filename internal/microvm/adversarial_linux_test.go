@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/testenv"
 	"github.com/dsec-dev/dsec/internal/vmm"
@@ -88,7 +88,7 @@ func TestAdversarial(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if err := p.(agentproto.Process).Resize(ctx, 40, 100); err != nil {
+		if err := p.(agentsandbox.Process).Resize(ctx, 40, 100); err != nil {
 			t.Fatalf("Resize: %v", err)
 		}
 		if err := p.WriteStdin(ctx, []byte("\n")); err != nil {

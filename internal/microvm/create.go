@@ -3,19 +3,16 @@ package microvm
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
-	"maps"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -89,10 +86,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 	cfg := vmconfig.Config{
 		UpperMiB: spec.DiskMB,
-		Hostname: hostname(spec.ID),
-		Env:      baseEnv(spec),
-		Hosts:    hostsFile(spec.ID, ep),
-		Resolv:   resolvConf(ep),
+		Hostname: agentsandbox.Hostname(spec.ID),
+		Env:      agentsandbox.BaseEnv(agentsandbox.CommandEnv(spec, nil)),
+		Hosts:    agentsandbox.HostsFile(spec.ID, ep),
+		Resolv:   agentsandbox.ResolvConf(ep),
 		Init:     r.opt.Machine == vmm.Q35, // the image's init system, if systemd
 	}
 	if ep != nil {
@@ -190,7 +187,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	cu.Add(func() { client.Close() })
 	r.log.Debug("microvm ready", "id", spec.ID, "network", tm.Network, "upper", tm.Upper, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
-	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, client: client, release: release, timing: tm, unjail: unjail,
+	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, agent: agentsandbox.NewAgent(r.Tier(), spec.ID, client), release: release, timing: tm, unjail: unjail,
 		gone: make(chan struct{})}
 	if err := sb.startPhase(ctx); err != nil {
 		return nil, err
@@ -251,47 +248,15 @@ func vcpus(cpu float64) int {
 	return min(max(n, 1), runtime.NumCPU())
 }
 
-// hostname is a sandbox's host name: its ID, cut to 63 bytes.
-func hostname(id string) string {
-	if len(id) > 63 {
-		return id[:63]
-	}
-	return id
-}
-
-// baseEnv is the guest agent's environment for every command: the usual
-// variables, the sandbox's HOSTNAME, then its spec's.
-func baseEnv(spec sandbox.Spec) []string {
-	env := map[string]string{
-		"HOME": "/root", "LANG": "C.UTF-8", "TERM": "xterm",
-		"PATH":     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOSTNAME": hostname(spec.ID),
-	}
-	maps.Copy(env, spec.Env)
-	var out []string
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, k+"="+env[k])
-	}
-	return out
-}
-
 // dialAgent connects to the agent's port and waits for its hello: the
 // readiness check of a boot. QEMU accepts the connection at once and
 // holds the hello until the guest's agent opens its end of the port.
 func dialAgent(ctx context.Context, sock string, r *Runtime, tm *Timing, t0 time.Time) (*agentproto.Client, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", sock)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the agent: %w", err)
+	c, err := agentsandbox.Dial(ctx, sock, r.log, func() { tm.Connected = time.Since(t0) })
+	if err == nil {
+		tm.Hello = time.Since(t0)
 	}
-	tm.Connected = time.Since(t0)
-	c := agentproto.NewClient(conn, r.log)
-	if _, err := c.Hello(ctx); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("greeting the agent: %w", err)
-	}
-	tm.Hello = time.Since(t0)
-	return c, nil
+	return c, err
 }
 
 // Timing is when a Create passed its steps, from its start (after the

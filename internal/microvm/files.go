@@ -1,10 +1,7 @@
 package microvm
 
-import (
-	"github.com/dsec-dev/dsec/internal/agentproto"
-	"github.com/dsec-dev/dsec/internal/sandbox"
-)
+import "github.com/dsec-dev/dsec/internal/sandbox"
 
 // Files implements sandbox.Sandbox: the guest's agent serves them, over
 // the guest's whole root.
-func (s *Sandbox) Files() sandbox.Files { return agentproto.Files{Agent: s.agent} }
+func (s *Sandbox) Files() sandbox.Files { return s.agent.Files(nil) }

@@ -1,7 +1,6 @@
 package microvm
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -42,11 +41,7 @@ type recorder interface {
 }
 
 // OnEnd implements sandbox.EndNotifier.
-func (r *Runtime) OnEnd(fn func(sandbox.Ended)) {
-	r.emu.Lock()
-	r.onEnd = fn
-	r.emu.Unlock()
-}
+func (r *Runtime) OnEnd(fn func(sandbox.Ended)) { r.ends.OnEnd(fn) }
 
 // watchVM starts s's watch (once s is registered).
 func (s *Sandbox) watchVM() {
@@ -127,16 +122,8 @@ func (s *Sandbox) ended(sd *shutdown) {
 		}
 		rec.Record(s.id, s.Phase(), e)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.Destroy(ctx); err != nil {
+	if err := s.rt.ends.Ended(end, s.Destroy); err != nil {
 		s.rt.log.Error("releasing a sandbox whose VM ended", "sandbox", s.id, "err", err)
-	}
-	s.rt.emu.Lock()
-	fn := s.rt.onEnd
-	s.rt.emu.Unlock()
-	if fn != nil {
-		fn(end)
 	}
 }
 

@@ -116,6 +116,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/builtin"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layercache"
@@ -206,8 +207,7 @@ type Runtime struct {
 	initrd  string
 	bootErr error
 
-	emu   sync.Mutex // guards onEnd
-	onEnd func(sandbox.Ended)
+	ends agentsandbox.Ends // sandbox.EndNotifier
 
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*Sandbox
@@ -262,9 +262,7 @@ func (r *Runtime) Tier() string {
 }
 
 // Capabilities implements sandbox.Runtime.
-func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, Processes: true, PTY: true, FileRoot: "/", OwnRoot: true}
-}
+func (r *Runtime) Capabilities() sandbox.Capabilities { return agentsandbox.Capabilities() }
 
 // Fingerprint implements sandbox.Runtime.
 func (r *Runtime) Fingerprint(ctx context.Context) api.TierInfo {

@@ -2,10 +2,6 @@ package microvm
 
 import (
 	"context"
-	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -41,42 +37,6 @@ func (r *Runtime) setNetworkPolicy(ctx context.Context, sb *Sandbox, p *api.Netw
 		return errdefs.New(errdefs.Internal, api.CodePhaseNetworkUnavailable, "sandbox %s was made without a network", sb.id)
 	}
 	return r.opt.Network.SetPolicy(ctx, sb.id, policy)
-}
-
-// hostsFile is the guest's /etc/hosts: its own name on its address (or
-// 127.0.1.1 without a network) and the names of its policy's allow
-// rules, as the node resolved them (what the firewall allows is what the
-// guest connects to).
-func hostsFile(id string, ep *network.Endpoint) string {
-	var b strings.Builder
-	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-	if ep != nil && ep.Addr.IsValid() {
-		fmt.Fprintf(&b, "%s\t%s\n", ep.Addr, hostname(id))
-	} else {
-		fmt.Fprintf(&b, "127.0.1.1\t%s\n", hostname(id))
-	}
-	if ep != nil {
-		for _, name := range slices.Sorted(maps.Keys(ep.Hosts)) {
-			for _, a := range ep.Hosts[name] {
-				fmt.Fprintf(&b, "%s\t%s\n", a, name)
-			}
-		}
-	}
-	return b.String()
-}
-
-// resolvConf names the resolvers the node allows; with none, the file
-// says so.
-func resolvConf(ep *network.Endpoint) string {
-	if ep == nil || len(ep.DNS) == 0 {
-		return "# no resolver: this sandbox has no network egress\n"
-	}
-	var b strings.Builder
-	for _, a := range ep.DNS {
-		fmt.Fprintf(&b, "nameserver %s\n", a)
-	}
-	b.WriteString("options timeout:2 attempts:2\n")
-	return b.String()
 }
 
 // releaseNetwork removes sandbox id's network, if it has one (netns is

@@ -85,7 +85,7 @@ func (s *Sandbox) startPhase(ctx context.Context) error {
 // applyPhase applies p in the guest, then its network, and records it.
 // Preconditions: s.phaseMu must be held for writing.
 func (s *Sandbox) applyPhase(ctx context.Context, p api.Phase) error {
-	c, err := s.agent()
+	c, err := s.agent.Client()
 	if err != nil {
 		return err
 	}

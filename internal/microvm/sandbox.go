@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/vmm"
 )
@@ -47,10 +48,11 @@ type Sandbox struct {
 	gone     chan struct{}
 	goneOnce sync.Once
 
+	agent *agentsandbox.Agent
+
 	mu        sync.Mutex // guards following fields
-	client    *agentproto.Client
-	release   func() // the layers' references
-	unjail    func() // the cgroup and uid of the Jail (nil without)
+	release   func()     // the layers' references
+	unjail    func()     // the cgroup and uid of the Jail (nil without)
 	destroyed bool
 }
 
@@ -63,30 +65,18 @@ func (s *Sandbox) Pid() int { return s.vm.Pid }
 // RunDir is the VM's run directory.
 func (s *Sandbox) RunDir() string { return s.dir }
 
-func (s *Sandbox) agent() (*agentproto.Client, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.destroyed || s.client == nil {
-		return nil, sandbox.ErrGone(s.id)
-	}
-	return s.client, nil
-}
-
 // Exec implements sandbox.Sandbox.
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (api.ExecResult, error) {
-	c, err := s.agent()
-	if err != nil {
+	if _, err := s.agent.Client(); err != nil {
 		return api.ExecResult{}, err
 	}
 	p, release := s.holdPhase()
 	defer release()
-	ar, err := s.agentExec(&req, p)
+	cmd, err := s.agent.Command(&req, s.spec, p)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	out := agentproto.OutputTo(req.Stdout, req.Stderr)
-	out.Started = func(int) { release() }
-	res, err := c.Exec(ctx, ar, out)
+	res, err := s.agent.Exec(ctx, cmd, req.Stdout, req.Stderr, release)
 	res.Phase = phaseName(p)
 	return res, err
 }
@@ -109,18 +99,6 @@ func phaseName(p *api.Phase) string {
 	return p.Name
 }
 
-// agentExec is req for the agent, run as phase p's user with its
-// capabilities (as the container tier's).
-func (s *Sandbox) agentExec(req *sandbox.ExecRequest, p *api.Phase) (agentproto.ExecRequest, error) {
-	argv, err := sandbox.Argv(s.rt.Tier(), s.rt.Capabilities(), req)
-	if err != nil {
-		return agentproto.ExecRequest{}, err
-	}
-	ar := agentproto.ExecRequestFrom(argv, *req)
-	ar.User = agentproto.CommandUser(s.spec, p)
-	return ar, nil
-}
-
 // StartProcess implements sandbox.ProcessRunner: the guest's agent runs
 // the process, as the container's does.
 func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
@@ -128,33 +106,31 @@ func (s *Sandbox) StartProcess(ctx context.Context, req sandbox.ExecRequest) (sa
 }
 
 func (s *Sandbox) start(ctx context.Context, req sandbox.ExecRequest, pty *agentproto.PTYSize) (sandbox.Process, error) {
-	if _, err := s.agent(); err != nil {
+	if _, err := s.agent.Client(); err != nil {
 		return nil, err
 	}
 	p, release := s.holdPhase()
 	defer release()
-	ar, err := s.agentExec(&req, p)
+	cmd, err := s.agent.Command(&req, s.spec, p)
 	if err != nil {
 		return nil, err
 	}
-	ar.PTY = pty
-	return agentproto.StartProcess(ctx, s.agent, ar)
+	cmd.PTY = pty
+	return s.agent.Start(ctx, cmd)
 }
 
 // StartPTY starts req in the background on a new pseudo-terminal of
 // rows×cols in the guest (stdout and stderr merged). The process is an
-// agentproto.Process, whose Resize resizes the terminal.
+// agentsandbox.Process, whose Resize resizes the terminal.
 func (s *Sandbox) StartPTY(ctx context.Context, req sandbox.ExecRequest, rows, cols uint16) (sandbox.Process, error) {
 	return s.start(ctx, req, &agentproto.PTYSize{Rows: rows, Cols: cols})
 }
 
 // Processes implements sandbox.ProcessRunner.
-func (s *Sandbox) Processes() []api.Process { return agentproto.ListProcesses(s.agent) }
+func (s *Sandbox) Processes() []api.Process { return s.agent.Processes() }
 
 // Process implements sandbox.ProcessRunner.
-func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
-	return agentproto.LookupProcess(s.agent, pid)
-}
+func (s *Sandbox) Process(pid int) (sandbox.Process, error) { return s.agent.Process(pid) }
 
 // Stats implements sandbox.Sandbox. The host measures QEMU's process:
 // HostMemoryBytes is its resident memory (the guest's touched pages and
@@ -165,7 +141,7 @@ func (s *Sandbox) Process(pid int) (sandbox.Process, error) {
 // informative only (the guest may lie about itself, never about the
 // host's figures).
 func (s *Sandbox) Stats(ctx context.Context) (sandbox.Stats, error) {
-	c, err := s.agent()
+	c, err := s.agent.Client()
 	if err != nil {
 		return sandbox.Stats{}, err
 	}
@@ -199,13 +175,11 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		return nil
 	}
 	s.destroyed = true
-	c, release, unjail := s.client, s.release, s.unjail
-	s.client, s.release, s.unjail = nil, nil, nil
+	release, unjail := s.release, s.unjail
+	s.release, s.unjail = nil, nil
 	s.mu.Unlock()
 	s.goneOnce.Do(func() { close(s.gone) })
-	if c != nil {
-		c.Close()
-	}
+	s.agent.Close()
 	err := s.vm.Shutdown(ctx)
 	if err == nil {
 		// QEMU is gone, and its tap with it: the network goes.
@@ -228,12 +202,9 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 // detach forgets the sandbox without stopping its VM (Runtime.Close).
 func (s *Sandbox) detach() {
 	s.mu.Lock()
-	c := s.client
-	s.client, s.destroyed = nil, true
+	s.destroyed = true
 	s.mu.Unlock()
 	s.goneOnce.Do(func() { close(s.gone) })
-	if c != nil {
-		c.Close()
-	}
+	s.agent.Close()
 	s.vm.Release()
 }

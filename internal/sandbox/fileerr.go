@@ -82,10 +82,18 @@ var FileErrnos = []FileErrno{
 }
 
 // FileError classifies err, from an operation of the files API on the
-// file users see at abs: an already classified error is kept, an errno
-// gets its FileErrnos entry (an errno not listed there is Internal,
-// file_io_error, with the errno's text), and os.Root's refusal of a path
-// that leads out of the root is Invalid, path_outside_root.
+// file users see at abs. It is the one map from the errors of file system
+// calls to the API's classes and codes, which every tier's files API (the
+// in-sandbox agent's, the function tier's) classifies through:
+//   - an already classified error is kept;
+//   - the request's end (context.Canceled, DeadlineExceeded) is
+//     Unavailable, canceled;
+//   - a closed root or file (os.ErrClosed: the sandbox ended under the
+//     operation) is NotFound, sandbox_not_found;
+//   - an errno gets its FileErrnos entry (an errno not listed there is
+//     Internal, file_io_error, with the errno's text);
+//   - os.Root's refusal of a path that leads out of the root is Invalid,
+//     path_outside_root.
 func FileError(abs string, err error) error {
 	var de *errdefs.Error
 	var errno syscall.Errno
@@ -96,6 +104,8 @@ func FileError(abs string, err error) error {
 		return err
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return errdefs.Wrap(errdefs.Unavailable, CodeCanceled, err, "the operation on %s was cancelled", abs)
+	case errors.Is(err, os.ErrClosed):
+		return errdefs.Wrap(errdefs.NotFound, api.CodeSandboxNotFound, err, "the sandbox is gone")
 	case errors.As(err, &errno):
 		for _, e := range FileErrnos {
 			if e.Errno == errno {
