@@ -111,8 +111,10 @@ type imageResolver interface {
 
 // Options configure a Manager.
 type Options struct {
-	Store    *store.Store
-	Nodes    *noderpc.Client
+	// Store is the durable state (*store.Store); Nodes the protocol to
+	// the nodes (*noderpc.Client).
+	Store    stateStore
+	Nodes    nodeClient
 	Images   imageResolver
 	Logger   *slog.Logger
 	Limits   Limits
@@ -128,8 +130,8 @@ type Options struct {
 
 // Manager is the control plane. It is safe for concurrent use.
 type Manager struct {
-	st     *store.Store
-	nodes  *noderpc.Client
+	st     stateStore
+	nodes  nodeClient
 	images imageResolver
 	log    *slog.Logger
 	lim    Limits
