@@ -211,6 +211,29 @@ func TestSandboxEndedUnknown(t *testing.T) {
 	}
 }
 
+// TestSandboxEndedChecksTheStoredNode: a report from a node that does
+// not hold the sandbox changes nothing, even when the record is not yet
+// cached (the check is repeated on the stored record).
+func TestSandboxEndedChecksTheStoredNode(t *testing.T) {
+	h := newHarness(t, Options{})
+	rec := store.SandboxRecord{Sandbox: api.Sandbox{ID: "sb-1", Tier: api.TierFunction, State: api.StateRunning, Node: "n1"}, Owner: "o"}
+	if _, err := h.st.peer().CreateSandbox(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.sandboxEnded(context.Background(), endedReport("n2", "sb-1", "agent_exited")); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.state(t, "sb-1"); s != api.StateRunning {
+		t.Errorf("another node's report: %s", s)
+	}
+	if err := h.m.sandboxEnded(context.Background(), endedReport("n1", "sb-1", "agent_exited")); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.state(t, "sb-1"); s != api.StateFailed {
+		t.Errorf("its node's report: %s, want failed", s)
+	}
+}
+
 // TestMutateRetriesOnConflict: a writer that got there between the
 // manager's read and its write costs a retry, not its change: the
 // record ends with both.
