@@ -25,11 +25,12 @@ type Request struct {
 func Pick(nodes []api.Node, req Request, now time.Time, stale time.Duration, pending map[string]int) (string, error) {
 	best, bestFree := "", -1
 	var bestLoad float64
-	tierSeen := false
+	tierSeen, connected := false, false
 	for _, n := range nodes {
 		if !n.Ready || now.Sub(n.LastSeen) > stale {
 			continue
 		}
+		connected = true
 		if !slices.ContainsFunc(n.Tiers, func(t api.TierInfo) bool { return t.Name == req.Tier && t.Available }) {
 			continue
 		}
@@ -48,7 +49,9 @@ func Pick(nodes []api.Node, req Request, now time.Time, stale time.Duration, pen
 	case tierSeen:
 		return "", &errdefs.Error{Class: errdefs.Unavailable, Code: api.CodeCapacityExhausted,
 			Msg: "every node that runs the " + req.Tier + " tier is full", RetryAfter: time.Second}
-	case len(nodes) == 0:
+	case !connected:
+		// Listed nodes that stopped heartbeating are not connected: a
+		// node restarting is a wait, not a tier this cluster lacks.
 		return "", &errdefs.Error{Class: errdefs.Unavailable, Code: api.CodeNoNodes,
 			Msg: "no node is connected", RetryAfter: time.Second}
 	}

@@ -50,6 +50,7 @@ func TestPick(t *testing.T) {
 		{name: "full", nodes: []api.Node{node("a", fn, 2, 2, 0, now)}, class: errdefs.Unavailable, code: "capacity_exhausted"},
 		{name: "full with pending", nodes: []api.Node{node("a", fn, 2, 1, 0, now)}, pending: map[string]int{"a": 1}, class: errdefs.Unavailable, code: "capacity_exhausted"},
 		{name: "none", class: errdefs.Unavailable, code: "no_nodes"},
+		{name: "none connected", nodes: []api.Node{node("a", fn, 10, 0, 0, old), notReady}, class: errdefs.Unavailable, code: "no_nodes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
