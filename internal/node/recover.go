@@ -23,7 +23,7 @@ func (a *Agent) recover(ctx context.Context) error {
 	}()
 	held := map[string]func(){}
 	if a.opt.Layers != nil {
-		st, err := openStateDir(a.opt.StateDir)
+		st, err := openState(a.opt.StateDir)
 		if err != nil {
 			return err
 		}

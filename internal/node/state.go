@@ -25,6 +25,10 @@ type sandboxState struct {
 // mounts it describes (until the host reboots).
 type stateDir struct{ dir string }
 
+// openState opens the state directory; a variable so that the package's
+// tests keep their state in a plain directory, without a mount.
+var openState = openStateDir
+
 func openStateDir(dir string) (*stateDir, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating node state: %w", err)
