@@ -144,13 +144,15 @@ func (s *memStore) PurgeSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
-// deliverLocked hands a change to every watch but the writer's own, in
-// revision order (now, or at release if held).
+// deliverLocked hands a change to every watch, in revision order (now,
+// or at release if held), but a record written by the watch's own
+// handle: as store.Store's watch, it skips those (their writer applies
+// them) and delivers purges, its own included.
 //
 // Preconditions: s.d.mu must be held.
 func (s *memStore) deliverLocked(ch store.SandboxChange) {
 	for _, w := range s.d.watchers {
-		if w.owner == s || w.ctx.Err() != nil {
+		if w.owner == s && !ch.Deleted || w.ctx.Err() != nil {
 			continue
 		}
 		if s.d.held {
