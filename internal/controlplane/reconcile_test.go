@@ -115,25 +115,31 @@ func TestReconcileNodeUnreachable(t *testing.T) {
 // TestNodesAppearAndAreLost: a node is reconciled when it appears, new
 // or back after missing heartbeats; one unseen for NodeLost is lost once.
 func TestNodesAppearAndAreLost(t *testing.T) {
-	h := newHarness(t, Options{NodeStale: 50 * time.Millisecond, NodeLost: time.Minute})
+	h := newHarness(t, Options{NodeStale: 10 * time.Second, NodeLost: time.Minute})
 	h.m.view = newNodeView() // forget what newHarness saw
 	ctx := context.Background()
-	n := testNode("n1", 10)
-	h.st.setNodes(n)
+	beat := func(ago time.Duration) {
+		n := testNode("n1", 10)
+		n.LastSeen = time.Now().Add(-ago)
+		h.st.setNodes(n)
+	}
+	beat(0)
 	if got := h.m.refreshNodes(ctx); !slices.Equal(got, []string{"n1"}) {
 		t.Fatalf("first sight: appeared %v", got)
 	}
-	n.LastSeen = time.Now()
-	h.st.setNodes(n)
+	beat(0)
 	if got := h.m.refreshNodes(ctx); len(got) != 0 {
 		t.Fatalf("next heartbeat: appeared %v", got)
 	}
-	time.Sleep(60 * time.Millisecond) // its heartbeats stop
+	beat(time.Minute) // its heartbeats stopped a minute ago
 	if got := h.m.refreshNodes(ctx); len(got) != 0 {
 		t.Fatalf("stale: appeared %v", got)
 	}
-	n.LastSeen = time.Now()
-	h.st.setNodes(n)
+	// A minute later, as the view then holds it.
+	h.m.view.mu.Lock()
+	h.m.view.seen["n1"] = time.Now().Add(-time.Minute)
+	h.m.view.mu.Unlock()
+	beat(0)
 	if got := h.m.refreshNodes(ctx); !slices.Equal(got, []string{"n1"}) {
 		t.Fatalf("back: appeared %v", got)
 	}
@@ -151,7 +157,7 @@ func TestNodesAppearAndAreLost(t *testing.T) {
 // TestNodeLostFailsItsSandboxes: the node loop fails the sandboxes of a
 // node unseen for NodeLost, and leaves other nodes' alone.
 func TestNodeLostFailsItsSandboxes(t *testing.T) {
-	h := newHarness(t, Options{Tick: time.Hour, NodeStale: 20 * time.Millisecond, NodeLost: 50 * time.Millisecond})
+	h := newHarness(t, Options{Tick: time.Hour, NodeStale: time.Minute, NodeLost: 300 * time.Millisecond})
 	other := h.st.peer()
 	for _, r := range []struct{ id, node string }{{"sb-1", "n1"}, {"sb-2", "n2"}} {
 		rec := store.SandboxRecord{Sandbox: api.Sandbox{ID: r.id, Tier: api.TierFunction, State: api.StateRunning, Node: r.node,
@@ -161,25 +167,13 @@ func TestNodeLostFailsItsSandboxes(t *testing.T) {
 		}
 		h.nodes.run(r.node, r.id)
 	}
-	h.st.setNodes(testNode("n1", 10), testNode("n2", 10))
+	n2 := testNode("n2", 10)
+	h.st.setNodes(testNode("n1", 10), n2)
 	h.start(t)
-	// n2 keeps heartbeating; n1 has stopped.
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-				n1 := testNode("n1", 10)
-				n1.LastSeen = time.Now().Add(-time.Hour)
-				h.st.setNodes(n1, testNode("n2", 10))
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	// n1's heartbeats stop; n2's last one is still fresh.
+	n1 := testNode("n1", 10)
+	n1.LastSeen = time.Now().Add(-time.Hour)
+	h.st.setNodes(n1, n2)
 	waitFor(t, "n1's sandbox to fail", func() bool { return h.state(t, "sb-1") == api.StateFailed })
 	if rec := h.st.record(t, "sb-1"); rec.Reason != "node lost" {
 		t.Errorf("reason %q", rec.Reason)
