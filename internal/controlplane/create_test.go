@@ -360,12 +360,12 @@ func TestStartLoadsRecordsAndFollowsOthers(t *testing.T) {
 		t.Fatalf("after Start: %+v, %v", got, err)
 	}
 	cur, rev, _ := other.GetSandbox(context.Background(), "sb-1")
-	setState(&cur, api.StateStopping, "elsewhere")
+	cur.Labels = map[string]string{"by": "other"}
 	if _, err := other.UpdateSandbox(context.Background(), cur, rev); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := h.m.Get("o", "sb-1"); got.State != api.StateStopping {
-		t.Errorf("after another writer's change: %s", got.State)
+	if got, _ := h.m.Get("o", "sb-1"); got.Labels["by"] != "other" {
+		t.Errorf("after another writer's change: %v", got.Labels)
 	}
 	if err := other.PurgeSandbox(context.Background(), "sb-1"); err != nil {
 		t.Fatal(err)

@@ -115,12 +115,16 @@ func recordContract(t *testing.T, a, b sandboxRecords) []string {
 	out = append(out, fmt.Sprintf("got %s at the update's revision: %v", got.State, grev == r2))
 	r3, err := b.UpdateSandbox(ctx, rec("sb-1", api.StateStopping), r2)
 	outcome("other's update", err)
+	// The store's watch may skip a change replaced soon after (it is
+	// level-triggered): let it deliver this one before the next.
+	waitSeen(func(seen []string) bool { return slices.Contains(seen, "stopping sb-1") })
 	r4, err := a.CreateSandbox(ctx, rec("sb-2", api.StatePending))
 	applied("sb-2", r4, err)
 	outcome("create 2", err)
 	out = append(out, fmt.Sprintf("revisions across keys grew: %v", r4 > r3 && r3 > r2))
 	outcome("other's purge", b.PurgeSandbox(ctx, "sb-1"))
 	outcome("own purge", a.PurgeSandbox(ctx, "sb-2"))
+	waitSeen(func(seen []string) bool { return slices.Contains(seen, "purged sb-1") && slices.Contains(seen, "purged sb-2") })
 	_, _, err = a.GetSandbox(ctx, "sb-1")
 	outcome("get purged", err)
 	_, err = a.UpdateSandbox(ctx, rec("sb-1", api.StateRunning), r3)

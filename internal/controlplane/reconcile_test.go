@@ -49,7 +49,17 @@ func TestReconcileAfterRestart(t *testing.T) {
 	}
 	h.nodes.run("n1", "sb-orphan") // no record at all
 	h.start(t)
-	waitFor(t, "the unfinished destroy", func() bool { return h.state(t, "sb-stopping") == api.StateStopped })
+	// An interrupted create is destroyed as such, and then again as an
+	// orphan (its record is no longer live): destroys are idempotent.
+	wantDestroyed := []string{"n1/sb-interrupt", "n1/sb-orphan", "n1/sb-stopped", "n1/sb-stopping"}
+	destroyed := func() []string {
+		d := h.nodes.destroyed()
+		slices.Sort(d)
+		return slices.Compact(d)
+	}
+	waitFor(t, "the reconciliation's destroys", func() bool {
+		return slices.Equal(destroyed(), wantDestroyed) && h.state(t, "sb-stopping") == api.StateStopped
+	})
 
 	want := map[string]struct {
 		state  api.State
@@ -69,15 +79,6 @@ func TestReconcileAfterRestart(t *testing.T) {
 		if rec := h.st.record(t, id); rec.State != w.state || rec.Reason != w.reason {
 			t.Errorf("%s: %s (%q), want %s (%q)", id, rec.State, rec.Reason, w.state, w.reason)
 		}
-	}
-	// An interrupted create is destroyed as such, and then again as an
-	// orphan (its record is no longer live): destroys are idempotent.
-	destroyed := h.nodes.destroyed()
-	slices.Sort(destroyed)
-	destroyed = slices.Compact(destroyed)
-	wantDestroyed := []string{"n1/sb-interrupt", "n1/sb-orphan", "n1/sb-stopped", "n1/sb-stopping"}
-	if !slices.Equal(destroyed, wantDestroyed) {
-		t.Errorf("destroyed %v, want %v", destroyed, wantDestroyed)
 	}
 	if !h.nodes.runs("n1", "sb-running") {
 		t.Error("a running sandbox was removed from its node")
