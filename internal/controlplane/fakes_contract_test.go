@@ -124,7 +124,9 @@ func recordContract(t *testing.T, a, b sandboxRecords) []string {
 	out = append(out, fmt.Sprintf("revisions across keys grew: %v", r4 > r3 && r3 > r2))
 	outcome("other's purge", b.PurgeSandbox(ctx, "sb-1"))
 	outcome("own purge", a.PurgeSandbox(ctx, "sb-2"))
-	waitSeen(func(seen []string) bool { return slices.Contains(seen, "purged sb-1") && slices.Contains(seen, "purged sb-2") })
+	waitSeen(func(seen []string) bool {
+		return slices.Contains(seen, "purged sb-1") && slices.Contains(seen, "purged sb-2")
+	})
 	_, _, err = a.GetSandbox(ctx, "sb-1")
 	outcome("get purged", err)
 	_, err = a.UpdateSandbox(ctx, rec("sb-1", api.StateRunning), r3)
