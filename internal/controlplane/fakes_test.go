@@ -388,10 +388,10 @@ func (f *fakeNodes) created() []string {
 	return slices.Clone(f.creates)
 }
 
-// fakeImages resolves every name to a directory image for all tiers but
-// those in refuse.
+// fakeImages resolves every name but "missing" to a directory image for
+// tiers (empty: every tier).
 type fakeImages struct {
-	tiers []string // the image's tiers; empty: all
+	tiers []string
 }
 
 func (f fakeImages) Resolve(ctx context.Context, ref string) (image.Resolved, error) {
