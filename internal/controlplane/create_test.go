@@ -67,13 +67,13 @@ func TestCreateRefusedBeforeNode(t *testing.T) {
 		class errdefs.Class
 		code  string
 	}{
-		{name: "unknown tier", req: func(r *api.CreateSandboxRequest) { r.Tier = "quantum" }, class: errdefs.Invalid, code: "unknown_tier"},
-		{name: "image missing", req: func(r *api.CreateSandboxRequest) { r.Image = "missing" }, class: errdefs.NotFound, code: "image_not_found"},
-		{name: "image for another tier", opt: Options{Images: fakeImages{tiers: []string{api.TierContainer}}}, class: errdefs.Invalid, code: "image_tier_mismatch"},
-		{name: "network on function", req: func(r *api.CreateSandboxRequest) { r.Network = &api.NetworkPolicy{Egress: api.EgressOpen} }, class: errdefs.Unsupported, code: "tier_has_no_network"},
-		{name: "no nodes", nodes: []api.Node{}, class: errdefs.Unavailable, code: "no_nodes"},
-		{name: "tier not offered", req: func(r *api.CreateSandboxRequest) { r.Tier, r.Image = api.TierVM, "x" }, class: errdefs.Unsupported, code: "tier_unavailable"},
-		{name: "nodes full", nodes: []api.Node{func() api.Node { n := testNode("n1", 2); n.Usage.Sandboxes = 2; return n }()}, class: errdefs.Unavailable, code: "capacity_exhausted"},
+		{name: "unknown tier", req: func(r *api.CreateSandboxRequest) { r.Tier = "quantum" }, class: errdefs.Invalid, code: api.CodeUnknownTier},
+		{name: "image missing", req: func(r *api.CreateSandboxRequest) { r.Image = "missing" }, class: errdefs.NotFound, code: api.CodeImageNotFound},
+		{name: "image for another tier", opt: Options{Images: fakeImages{tiers: []string{api.TierContainer}}}, class: errdefs.Invalid, code: api.CodeImageTierMismatch},
+		{name: "network on function", req: func(r *api.CreateSandboxRequest) { r.Network = &api.NetworkPolicy{Egress: api.EgressOpen} }, class: errdefs.Unsupported, code: api.CodeTierHasNoNetwork},
+		{name: "no nodes", nodes: []api.Node{}, class: errdefs.Unavailable, code: api.CodeNoNodes},
+		{name: "tier not offered", req: func(r *api.CreateSandboxRequest) { r.Tier, r.Image = api.TierVM, "x" }, class: errdefs.Unsupported, code: api.CodeTierUnavailable},
+		{name: "nodes full", nodes: []api.Node{func() api.Node { n := testNode("n1", 2); n.Usage.Sandboxes = 2; return n }()}, class: errdefs.Unavailable, code: api.CodeCapacityExhausted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,11 +109,11 @@ func TestCreateNodeAnswers(t *testing.T) {
 		kept      bool // the record stays (failed)
 		destroyed bool // the node is asked to destroy it
 	}{
-		{name: "refused", err: &errdefs.Error{Class: errdefs.RateLimited, Code: "overloaded", Msg: "busy", RetryAfter: 3 * time.Second},
+		{name: "refused", err: &errdefs.Error{Class: errdefs.RateLimited, Code: api.CodeOverloaded, Msg: "busy", RetryAfter: 3 * time.Second},
 			class: errdefs.RateLimited, hint: 3 * time.Second},
-		{name: "undone", err: errdefs.New(errdefs.Unavailable, "node_resources_exhausted", "short"), class: errdefs.Unavailable, hint: time.Second, destroyed: true},
-		{name: "node lost mid-create", err: errdefs.New(errdefs.DeadlineExceeded, "node_timeout", "no answer"), class: errdefs.DeadlineExceeded, kept: true, destroyed: true},
-		{name: "start failed", err: errdefs.New(errdefs.Internal, "sandbox_start_failed", "no"), class: errdefs.Internal, kept: true},
+		{name: "undone", err: errdefs.New(errdefs.Unavailable, api.CodeNodeResourcesExhausted, "short"), class: errdefs.Unavailable, hint: time.Second, destroyed: true},
+		{name: "node lost mid-create", err: errdefs.New(errdefs.DeadlineExceeded, api.CodeNodeTimeout, "no answer"), class: errdefs.DeadlineExceeded, kept: true, destroyed: true},
+		{name: "start failed", err: errdefs.New(errdefs.Internal, api.CodeSandboxStartFailed, "no"), class: errdefs.Internal, kept: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,12 +161,12 @@ func TestCreateRefusedIsNotPlacedElsewhere(t *testing.T) {
 	refuse := true
 	h.nodes.onCreate = func(node string, req noderpc.CreateRequest) error {
 		if refuse {
-			return &errdefs.Error{Class: errdefs.RateLimited, Code: "overloaded", Msg: "busy", RetryAfter: time.Second}
+			return &errdefs.Error{Class: errdefs.RateLimited, Code: api.CodeOverloaded, Msg: "busy", RetryAfter: time.Second}
 		}
 		return nil
 	}
 	_, err := h.m.Create(context.Background(), "o", createReq())
-	wantErr(t, err, errdefs.RateLimited, "overloaded")
+	wantErr(t, err, errdefs.RateLimited, api.CodeOverloaded)
 	if c := h.nodes.created(); len(c) != 1 || !strings.HasPrefix(c[0], "a/") {
 		t.Fatalf("node creates %v, want one, on a", c)
 	}
@@ -197,7 +197,7 @@ func TestCreateSpreadsBetweenHeartbeats(t *testing.T) {
 		t.Fatalf("placed %v, want 2 on each", per)
 	}
 	_, err := h.m.Create(context.Background(), "o", createReq())
-	wantErr(t, err, errdefs.Unavailable, "capacity_exhausted")
+	wantErr(t, err, errdefs.Unavailable, api.CodeCapacityExhausted)
 	if errdefs.RetryAfterOf(err) <= 0 {
 		t.Error("no retry hint")
 	}
@@ -219,9 +219,9 @@ func TestCreateStoreFails(t *testing.T) {
 	h := newHarness(t, Options{})
 	h.st.setNodes(testNode("n1", 1))
 	h.m.refreshNodes(context.Background())
-	h.st.failCreate = errdefs.New(errdefs.Unavailable, "store_unavailable", "down")
+	h.st.failCreate = storeTimeout
 	_, err := h.m.Create(context.Background(), "o", createReq())
-	wantErr(t, err, errdefs.Unavailable, "store_unavailable")
+	wantErr(t, err, errdefs.DeadlineExceeded, api.CodeDeadlineExceeded)
 	if len(h.nodes.created()) != 0 {
 		t.Errorf("node creates %v", h.nodes.created())
 	}
@@ -238,11 +238,11 @@ func TestCreateRefusedPurgeFails(t *testing.T) {
 	var id string
 	h.nodes.onCreate = func(node string, req noderpc.CreateRequest) error {
 		id = req.ID
-		return &errdefs.Error{Class: errdefs.RateLimited, Code: "overloaded", Msg: "busy", RetryAfter: time.Second}
+		return &errdefs.Error{Class: errdefs.RateLimited, Code: api.CodeOverloaded, Msg: "busy", RetryAfter: time.Second}
 	}
-	h.st.failPurge = errdefs.New(errdefs.Unavailable, "store_unavailable", "down")
+	h.st.failPurge = storeTimeout
 	_, err := h.m.Create(context.Background(), "o", createReq())
-	wantErr(t, err, errdefs.RateLimited, "overloaded")
+	wantErr(t, err, errdefs.RateLimited, api.CodeOverloaded)
 	if rec := h.st.record(t, id); rec.State != api.StateFailed || !strings.HasPrefix(rec.Reason, "create refused: ") {
 		t.Errorf("record %s (%q), want failed", rec.State, rec.Reason)
 	}
@@ -272,7 +272,7 @@ func TestCreateDeletedMeanwhile(t *testing.T) {
 	}
 	close(proceed)
 	wg.Wait()
-	wantErr(t, cerr, errdefs.Conflict, "sandbox_state_changed")
+	wantErr(t, cerr, errdefs.Conflict, api.CodeSandboxStateChanged)
 	rec := h.st.record(t, id)
 	if rec.State != api.StateStopped || rec.Reason != "deleted" {
 		t.Errorf("record %s (%q), want stopped", rec.State, rec.Reason)
@@ -296,7 +296,7 @@ func TestCreateOwnerLimits(t *testing.T) {
 		ids = append(ids, sb.ID)
 	}
 	_, err := h.m.Create(context.Background(), "o", createReq())
-	wantErr(t, err, errdefs.RateLimited, "too_many_sandboxes")
+	wantErr(t, err, errdefs.RateLimited, api.CodeTooManySandboxes)
 	if _, err := h.m.Create(context.Background(), "other", createReq()); err != nil {
 		t.Errorf("another owner: %v", err)
 	}
@@ -312,7 +312,7 @@ func TestCreateOwnerLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = h.m.Create(context.Background(), "o", createReq())
-	wantErr(t, err, errdefs.RateLimited, "rate_limited")
+	wantErr(t, err, errdefs.RateLimited, api.CodeRateLimited)
 	if errdefs.RetryAfterOf(err) <= 0 {
 		t.Error("no retry hint")
 	}
@@ -337,7 +337,7 @@ func TestCreateCountsInFlight(t *testing.T) {
 	h.nodes.onCreate = nil
 	_, err := h.m.Create(context.Background(), "o", createReq())
 	close(proceed)
-	wantErr(t, err, errdefs.RateLimited, "too_many_sandboxes")
+	wantErr(t, err, errdefs.RateLimited, api.CodeTooManySandboxes)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -76,7 +77,7 @@ func (s *memStore) GetSandbox(ctx context.Context, id string) (store.SandboxReco
 	defer s.d.mu.Unlock()
 	r, ok := s.d.recs[id]
 	if !ok {
-		return store.SandboxRecord{}, 0, errdefs.New(errdefs.NotFound, "sandbox_not_found", "sandbox %q not found", id)
+		return store.SandboxRecord{}, 0, errdefs.New(errdefs.NotFound, api.CodeSandboxNotFound, "sandbox %q not found", id)
 	}
 	var rec store.SandboxRecord
 	if err := json.Unmarshal(r.b, &rec); err != nil {
@@ -92,7 +93,7 @@ func (s *memStore) CreateSandbox(ctx context.Context, rec store.SandboxRecord) (
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	if _, ok := s.d.recs[rec.ID]; ok {
-		return 0, errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %q already exists", rec.ID)
+		return 0, errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "sandbox %q already exists", rec.ID)
 	}
 	return s.putLocked(rec)
 }
@@ -108,7 +109,7 @@ func (s *memStore) UpdateSandbox(ctx context.Context, rec store.SandboxRecord, r
 	defer s.d.mu.Unlock()
 	s.d.updates++
 	if cur, ok := s.d.recs[rec.ID]; !ok || cur.rev != rev {
-		return 0, errdefs.New(errdefs.Conflict, "revision_mismatch", "sandbox %q changed concurrently", rec.ID)
+		return 0, errdefs.New(errdefs.Conflict, api.CodeRevisionMismatch, "sandbox %q changed concurrently", rec.ID)
 	}
 	return s.putLocked(rec)
 }
@@ -300,7 +301,7 @@ func (f *fakeNodes) Create(ctx context.Context, node string, req noderpc.CreateR
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.running[node][req.ID]; ok {
-		return errdefs.New(errdefs.Conflict, "sandbox_exists", "sandbox %s already exists on node %s", req.ID, node)
+		return errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "sandbox %s already exists on node %s", req.ID, node)
 	}
 	f.addLocked(node, req.ID, req.Tier)
 	return nil
@@ -396,22 +397,28 @@ type fakeImages struct {
 
 func (f fakeImages) Resolve(ctx context.Context, ref string) (image.Resolved, error) {
 	if ref == "missing" {
-		return image.Resolved{}, errdefs.New(errdefs.NotFound, "image_not_found", "image %q not found", ref)
+		return image.Resolved{}, errdefs.New(errdefs.NotFound, api.CodeImageNotFound, "image %q not found", ref)
 	}
 	return image.Resolved{ID: "img-" + ref, Name: ref, Manifest: store.ImageManifest{Version: 1, Source: "dir:/images/" + ref, Tiers: f.tiers}}, nil
 }
 
 func (f fakeImages) Compose(ctx context.Context, layers []api.ImageLayer, tiers []string) (image.Resolved, error) {
-	return image.Resolved{}, errdefs.New(errdefs.Unsupported, "not_faked", "Compose is not faked")
+	return image.Resolved{}, errors.New("Compose is not faked")
 }
 
 func (f fakeImages) LayerPaths(ctx context.Context, id string) (map[string]bool, error) {
-	return nil, errdefs.New(errdefs.Unsupported, "not_faked", "LayerPaths is not faked")
+	return nil, errors.New("LayerPaths is not faked")
 }
 
 func (f fakeImages) ReadLayerFile(ctx context.Context, id, p string, max int64) ([]byte, error) {
-	return nil, errdefs.New(errdefs.Unsupported, "not_faked", "ReadLayerFile is not faked")
+	return nil, errors.New("ReadLayerFile is not faked")
 }
+
+// storeTimeout is a store write that timed out.
+var storeTimeout = fmt.Errorf("writing sandbox: %w", context.DeadlineExceeded)
+
+// nodeGone is a node that does not answer.
+var nodeGone = errdefs.New(errdefs.Unavailable, api.CodeNodeUnavailable, "node n1 is not reachable")
 
 // testNode is a fresh, ready node running the function and container
 // tiers with room for max sandboxes.

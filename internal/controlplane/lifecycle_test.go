@@ -39,7 +39,7 @@ func TestTransitions(t *testing.T) {
 				_, err := h.m.transition(ctx, "sb-1", from, to, "because")
 				got := h.st.record(t, "sb-1")
 				if !allowed[[2]api.State{from, to}] {
-					wantErr(t, err, errdefs.Conflict, "invalid_state_transition")
+					wantErr(t, err, errdefs.Conflict, api.CodeInvalidStateTransition)
 					if _, rev, _ := h.st.GetSandbox(ctx, "sb-1"); rev != rev0 || got.State != from {
 						t.Errorf("refused move wrote the record: %s at %d (was %d)", got.State, rev, rev0)
 					}
@@ -71,12 +71,12 @@ func TestTransitionFromAnotherState(t *testing.T) {
 	h := newHarness(t, Options{})
 	h.seed(t, store.SandboxRecord{Sandbox: api.Sandbox{ID: "sb-1", State: api.StateStopping}})
 	_, err := h.m.transition(context.Background(), "sb-1", api.StatePending, api.StateRunning, "")
-	wantErr(t, err, errdefs.Conflict, "sandbox_state_changed")
+	wantErr(t, err, errdefs.Conflict, api.CodeSandboxStateChanged)
 	if s := h.state(t, "sb-1"); s != api.StateStopping {
 		t.Errorf("state %s", s)
 	}
 	_, err = h.m.transition(context.Background(), "sb-gone", api.StatePending, api.StateRunning, "")
-	wantErr(t, err, errdefs.NotFound, "sandbox_not_found")
+	wantErr(t, err, errdefs.NotFound, api.CodeSandboxNotFound)
 }
 
 // TestOperationsByState: what each lifecycle operation does to a
@@ -116,9 +116,9 @@ func TestOperationsByState(t *testing.T) {
 		{"fail", F, F, "why", "", false},
 		{"set-ttl", P, P, "why", "", false},
 		{"set-ttl", R, R, "why", "", false},
-		{"set-ttl", S, S, "why", "sandbox_not_running", false},
-		{"set-ttl", D, D, "why", "sandbox_not_running", false},
-		{"set-ttl", F, F, "why", "sandbox_not_running", false},
+		{"set-ttl", S, S, "why", api.CodeSandboxNotRunning, false},
+		{"set-ttl", D, D, "why", api.CodeSandboxNotRunning, false},
+		{"set-ttl", F, F, "why", api.CodeSandboxNotRunning, false},
 		{"node-lost", P, F, "node lost", "", false},
 		{"node-lost", R, F, "node lost", "", false},
 		{"node-lost", S, D, "node lost", "", false}, // nothing left to destroy
@@ -161,9 +161,9 @@ func TestOperationsByState(t *testing.T) {
 func TestDeleteNodeFails(t *testing.T) {
 	h := newHarness(t, Options{})
 	h.seed(t, store.SandboxRecord{Sandbox: api.Sandbox{ID: "sb-1", State: api.StateRunning}})
-	h.nodes.onDestroy = func(node, id string) error { return errdefs.New(errdefs.Unavailable, "node_unreachable", "no answer") }
+	h.nodes.onDestroy = func(node, id string) error { return nodeGone }
 	err := h.m.Delete(context.Background(), "o", "sb-1", "deleted")
-	wantErr(t, err, errdefs.Unavailable, "node_unreachable")
+	wantErr(t, err, errdefs.Unavailable, api.CodeNodeUnavailable)
 	if s := h.state(t, "sb-1"); s != api.StateStopping {
 		t.Errorf("state %s, want stopping", s)
 	}
@@ -175,7 +175,7 @@ func TestDeleteChecksOwner(t *testing.T) {
 	h := newHarness(t, Options{})
 	h.seed(t, store.SandboxRecord{Sandbox: api.Sandbox{ID: "sb-1", State: api.StateRunning}, Owner: "alice"})
 	err := h.m.Delete(context.Background(), "mallory", "sb-1", "")
-	wantErr(t, err, errdefs.NotFound, "sandbox_not_found")
+	wantErr(t, err, errdefs.NotFound, api.CodeSandboxNotFound)
 	if s := h.state(t, "sb-1"); s != api.StateRunning || len(h.nodes.destroyed()) != 0 {
 		t.Errorf("state %s, destroys %v", s, h.nodes.destroyed())
 	}
@@ -187,7 +187,7 @@ func TestSetTimeout(t *testing.T) {
 	h.seed(t, store.SandboxRecord{Sandbox: api.Sandbox{ID: "sb-1", State: api.StateRunning}})
 	for _, bad := range []int{0, -1, 101} {
 		_, err := h.m.SetTimeout(context.Background(), "o", "sb-1", bad)
-		wantErr(t, err, errdefs.Invalid, "out_of_range")
+		wantErr(t, err, errdefs.Invalid, api.CodeOutOfRange)
 	}
 	sb, err := h.m.SetTimeout(context.Background(), "o", "sb-1", 100)
 	if err != nil {
@@ -279,7 +279,7 @@ func TestMutateGivesUpUnderContention(t *testing.T) {
 		}
 	}
 	_, err := h.m.transition(context.Background(), "sb-1", api.StateRunning, api.StateFailed, "")
-	wantErr(t, err, errdefs.Unavailable, "contention")
+	wantErr(t, err, errdefs.Unavailable, api.CodeContention)
 	if s := h.state(t, "sb-1"); s != api.StateRunning {
 		t.Errorf("state %s", s)
 	}
@@ -355,14 +355,14 @@ func TestSetPhase(t *testing.T) {
 	}{
 		{name: "forward", phases: phases, req: api.SetPhaseRequest{Phase: "grade"}, phase: "grade", state: api.StateRunning, node: true},
 		{name: "same", phases: phases, req: api.SetPhaseRequest{Phase: "work"}, phase: "work", state: api.StateRunning},
-		{name: "back refused", phases: phases, req: api.SetPhaseRequest{Phase: "setup"}, code: "phase_backwards", phase: "work", state: api.StateRunning},
+		{name: "back refused", phases: phases, req: api.SetPhaseRequest{Phase: "setup"}, code: api.CodePhaseBackwards, phase: "work", state: api.StateRunning},
 		{name: "back allowed", phases: phases, req: api.SetPhaseRequest{Phase: "setup", Back: true}, phase: "setup", state: api.StateRunning, node: true},
-		{name: "unknown", phases: phases, req: api.SetPhaseRequest{Phase: "nope"}, code: "unknown_phase", phase: "work", state: api.StateRunning},
-		{name: "no phases", req: api.SetPhaseRequest{Phase: "work"}, code: "no_phases", phase: "work", state: api.StateRunning},
-		{name: "node busy", phases: phases, req: api.SetPhaseRequest{Phase: "grade"}, nodeErr: errdefs.New(errdefs.Conflict, "phase_change_busy", "busy"),
-			code: "phase_change_busy", phase: "work", state: api.StateRunning, node: true},
-		{name: "node failed", phases: phases, req: api.SetPhaseRequest{Phase: "grade"}, nodeErr: errdefs.New(errdefs.Internal, "phase_change_failed", "half"),
-			code: "phase_change_failed", phase: "work", state: api.StateFailed, node: true},
+		{name: "unknown", phases: phases, req: api.SetPhaseRequest{Phase: "nope"}, code: api.CodeUnknownPhase, phase: "work", state: api.StateRunning},
+		{name: "no phases", req: api.SetPhaseRequest{Phase: "work"}, code: api.CodeNoPhases, phase: "work", state: api.StateRunning},
+		{name: "node busy", phases: phases, req: api.SetPhaseRequest{Phase: "grade"}, nodeErr: errdefs.New(errdefs.Unavailable, api.CodePhaseChangeBusy, "busy"),
+			code: api.CodePhaseChangeBusy, phase: "work", state: api.StateRunning, node: true},
+		{name: "node failed", phases: phases, req: api.SetPhaseRequest{Phase: "grade"}, nodeErr: errdefs.New(errdefs.Internal, api.CodePhaseChangeFailed, "half"),
+			code: api.CodePhaseChangeFailed, phase: "work", state: api.StateFailed, node: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -399,9 +399,9 @@ func TestRoutesOnlyRunning(t *testing.T) {
 		id := sbID(i)
 		h.seed(t, store.SandboxRecord{Sandbox: api.Sandbox{ID: id, State: s}})
 		_, err := h.m.Exec(context.Background(), "o", id, api.ExecRequest{Command: "true"}, nil)
-		wantErr(t, err, errdefs.Conflict, "sandbox_not_running")
+		wantErr(t, err, errdefs.Conflict, api.CodeSandboxNotRunning)
 		_, err = h.m.StatFile(context.Background(), "o", id, "x")
-		wantErr(t, err, errdefs.Conflict, "sandbox_not_running")
+		wantErr(t, err, errdefs.Conflict, api.CodeSandboxNotRunning)
 	}
 	_, err := h.m.Exec(context.Background(), "o", "sb-none", api.ExecRequest{Command: "true"}, nil)
 	if !errors.Is(err, errdefs.NotFound) {

@@ -79,7 +79,7 @@ func TestReapRetriesFailedDestroys(t *testing.T) {
 	fail.Store(true)
 	h.nodes.onDestroy = func(node, id string) error {
 		if fail.Load() {
-			return errdefs.New(errdefs.Unavailable, "sandbox_busy", "not yet")
+			return errdefs.New(errdefs.Unavailable, api.CodeDestroyIncomplete, "not yet")
 		}
 		return nil
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/store"
 )
 
@@ -106,7 +105,7 @@ func TestReconcileSkipsCreatesInFlight(t *testing.T) {
 func TestReconcileNodeUnreachable(t *testing.T) {
 	h := newHarness(t, Options{})
 	h.seed(t, store.SandboxRecord{Sandbox: api.Sandbox{ID: "sb-1", State: api.StateRunning}})
-	h.nodes.listErr = errdefs.New(errdefs.Unavailable, "node_unreachable", "no answer")
+	h.nodes.listErr = nodeGone
 	h.m.reconcile(context.Background(), "n1")
 	if s := h.state(t, "sb-1"); s != api.StateRunning || len(h.nodes.destroyed()) != 0 {
 		t.Errorf("state %s, destroys %v", s, h.nodes.destroyed())

@@ -30,27 +30,27 @@ func TestCreateRefusals(t *testing.T) {
 	}{
 		{name: "unknown tier", req: func(t *testing.T) noderpc.CreateRequest {
 			return noderpc.CreateRequest{ID: "sb-1", Tier: "quantum", Image: dirImage(t)}
-		}, class: errdefs.Invalid, code: "unknown_tier"},
+		}, class: errdefs.Invalid, code: api.CodeUnknownTier},
 		{name: "tier not on this node", req: func(t *testing.T) noderpc.CreateRequest {
 			return noderpc.CreateRequest{ID: "sb-1", Tier: api.TierVM, Image: dirImage(t)}
-		}, class: errdefs.Unsupported, code: "tier_unavailable"},
+		}, class: errdefs.Unsupported, code: api.CodeTierUnavailable},
 		{name: "image source unknown", req: func(t *testing.T) noderpc.CreateRequest {
 			return noderpc.CreateRequest{ID: "sb-1", Tier: api.TierContainer, Image: noderpc.ImageRef{Name: "x", Source: "s3://x"}}
-		}, class: errdefs.Unsupported, code: "image_source_unsupported"},
+		}, class: errdefs.Unsupported, code: api.CodeImageSourceUnsupported},
 		{name: "image dir relative", req: func(t *testing.T) noderpc.CreateRequest {
 			return noderpc.CreateRequest{ID: "sb-1", Tier: api.TierContainer, Image: noderpc.ImageRef{Name: "x", Source: "dir:rel"}}
-		}, class: errdefs.Invalid, code: "invalid_image"},
+		}, class: errdefs.Invalid, code: api.CodeInvalidImage},
 		{name: "image dir missing", req: func(t *testing.T) noderpc.CreateRequest {
 			return noderpc.CreateRequest{ID: "sb-1", Tier: api.TierContainer, Image: noderpc.ImageRef{Name: "x", Source: "dir:" + filepath.Join(t.TempDir(), "gone")}}
-		}, class: errdefs.NotFound, code: "image_missing_on_node"},
+		}, class: errdefs.NotFound, code: api.CodeImageMissingOnNode},
 		{name: "layers without a cache", req: func(t *testing.T) noderpc.CreateRequest {
 			return noderpc.CreateRequest{ID: "sb-1", Tier: api.TierContainer, Image: layeredImage("L1")}
-		}, class: errdefs.Unsupported, code: "no_layer_cache"},
+		}, class: errdefs.Unsupported, code: api.CodeNoLayerCache},
 		{name: "runtime fails", req: func(t *testing.T) noderpc.CreateRequest {
 			return noderpc.CreateRequest{ID: "sb-1", Tier: api.TierContainer, Image: dirImage(t)}
 		}, runtime: func(rt *fakeRuntime) {
-			rt.onCreate = func(sandbox.Spec) error { return errdefs.New(errdefs.Internal, "sandbox_start_failed", "no") }
-		}, class: errdefs.Internal, code: "sandbox_start_failed", reached: true},
+			rt.onCreate = func(sandbox.Spec) error { return errdefs.New(errdefs.Internal, api.CodeSandboxStartFailed, "no") }
+		}, class: errdefs.Internal, code: api.CodeSandboxStartFailed, reached: true},
 		{name: "runtime out of descriptors", req: func(t *testing.T) noderpc.CreateRequest {
 			return noderpc.CreateRequest{ID: "sb-1", Tier: api.TierContainer, Image: dirImage(t)}
 		}, runtime: func(rt *fakeRuntime) {
@@ -59,8 +59,8 @@ func TestCreateRefusals(t *testing.T) {
 		{name: "runtime fails with layers", layers: true, req: func(t *testing.T) noderpc.CreateRequest {
 			return noderpc.CreateRequest{ID: "sb-1", Tier: api.TierContainer, Image: layeredImage("L1")}
 		}, runtime: func(rt *fakeRuntime) {
-			rt.onCreate = func(sandbox.Spec) error { return errdefs.New(errdefs.Internal, "sandbox_start_failed", "no") }
-		}, class: errdefs.Internal, code: "sandbox_start_failed", reached: true},
+			rt.onCreate = func(sandbox.Spec) error { return errdefs.New(errdefs.Internal, api.CodeSandboxStartFailed, "no") }
+		}, class: errdefs.Internal, code: api.CodeSandboxStartFailed, reached: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,7 +122,7 @@ func TestCreateAndDestroy(t *testing.T) {
 	if n := a.Info(ctx); n.Usage.Sandboxes != 1 || n.ID != "n1" || len(n.Tiers) != 1 || n.Tiers[0].Name != api.TierContainer {
 		t.Errorf("info %+v", n)
 	}
-	wantCode(t, a.Create(ctx, req), errdefs.Conflict, "sandbox_exists")
+	wantCode(t, a.Create(ctx, req), errdefs.Conflict, api.CodeSandboxExists)
 	if rt.creates() != 1 {
 		t.Errorf("a duplicate reached the runtime")
 	}
@@ -168,7 +168,7 @@ func TestNodeFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := a.Create(context.Background(), noderpc.CreateRequest{ID: "sb-2", Tier: api.TierContainer, Image: dirImage(t)})
-	wantCode(t, err, errdefs.Unavailable, "node_full")
+	wantCode(t, err, errdefs.Unavailable, api.CodeNodeFull)
 	if rt.creates() != 1 {
 		t.Errorf("the refused create reached the runtime")
 	}
@@ -234,7 +234,7 @@ func TestDestroyDuringCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(proceed)
-	wantCode(t, <-done, errdefs.Conflict, "sandbox_deleted")
+	wantCode(t, <-done, errdefs.Conflict, api.CodeSandboxDeleted)
 	waitFor(t, "the made sandbox to be destroyed and its view released", func() bool {
 		sb := rt.sandbox("sb-1")
 		return sb != nil && sb.destroyed() == 1 && layers.held("L1") == 0 && len(a.state.all()) == 0
@@ -259,10 +259,10 @@ func TestDestroyFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rt.sandbox("sb-busy").destroyErr = errdefs.New(errdefs.Unavailable, "sandbox_busy", "not yet")
-	rt.sandbox("sb-broken").destroyErr = errdefs.New(errdefs.Internal, "destroy_failed", "no")
+	rt.sandbox("sb-busy").destroyErr = errdefs.New(errdefs.Unavailable, api.CodeDestroyIncomplete, "not yet")
+	rt.sandbox("sb-broken").destroyErr = errdefs.New(errdefs.Internal, api.CodeDestroyFailed, "no")
 
-	wantCode(t, a.Destroy(ctx, "sb-busy"), errdefs.Unavailable, "sandbox_busy")
+	wantCode(t, a.Destroy(ctx, "sb-busy"), errdefs.Unavailable, api.CodeDestroyIncomplete)
 	if !listed(a)["sb-busy"] || layers.held("sb-busy") != 1 {
 		t.Errorf("busy: listed %v, view held %d", listed(a), layers.held("sb-busy"))
 	}
@@ -274,7 +274,7 @@ func TestDestroyFailures(t *testing.T) {
 		t.Errorf("busy, retried: listed %v, view held %d", listed(a), layers.held("sb-busy"))
 	}
 
-	wantCode(t, a.Destroy(ctx, "sb-broken"), errdefs.Internal, "destroy_failed")
+	wantCode(t, a.Destroy(ctx, "sb-broken"), errdefs.Internal, api.CodeDestroyFailed)
 	if listed(a)["sb-broken"] || layers.held("sb-broken") != 1 {
 		t.Errorf("broken: listed %v, view held %d", listed(a), layers.held("sb-broken"))
 	}
@@ -305,7 +305,7 @@ func TestEnded(t *testing.T) {
 		return nil
 	}
 	err := a.Create(ctx, noderpc.CreateRequest{ID: "sb-2", Tier: api.TierContainer, Image: layeredImage("L2")})
-	wantCode(t, err, errdefs.Unavailable, "sandbox_ended")
+	wantCode(t, err, errdefs.Unavailable, api.CodeSandboxEnded)
 	waitFor(t, "the view to be released", func() bool { return layers.held("L2") == 0 })
 	if listed(a)["sb-2"] || len(a.state.all()) != 0 {
 		t.Errorf("after an end during create: listed %v, state %v", listed(a), a.state.all())

@@ -152,7 +152,7 @@ func (l *fakeLayers) View(ctx context.Context, layers []layercache.Layer) (strin
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fail[key] {
-		return "", nil, errdefs.New(errdefs.NotFound, "layer_not_found", "layer %s is gone", key)
+		return "", nil, errdefs.New(errdefs.NotFound, api.CodeLayerNotFound, "layer %s is gone", key)
 	}
 	l.refs[key]++
 	var once sync.Once

@@ -81,7 +81,7 @@ func TestOverTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = c.Create(ctx, "n1", noderpc.CreateRequest{ID: "sb-2", Tier: api.TierContainer, Image: dirImage(t)})
-	if errdefs.ClassOf(err) != errdefs.Unavailable || errdefs.CodeOf(err) != "node_full" {
+	if errdefs.ClassOf(err) != errdefs.Unavailable || errdefs.CodeOf(err) != api.CodeNodeFull {
 		t.Errorf("a create past the node's cap: %v (%s %s)", err, errdefs.ClassOf(err), errdefs.CodeOf(err))
 	}
 	got, err := c.List(ctx, "n1")

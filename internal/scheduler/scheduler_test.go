@@ -44,13 +44,13 @@ func TestPick(t *testing.T) {
 		{name: "full skipped", nodes: []api.Node{node("a", fn, 10, 10, 0, now), node("b", fn, 10, 9, 5, now)}, want: "b"},
 		{name: "over full skipped", nodes: []api.Node{node("a", fn, 10, 12, 0, now), node("b", fn, 10, 9, 5, now)}, want: "b"},
 		{name: "other tier skipped", nodes: []api.Node{node("a", []string{"container"}, 10, 0, 0, now), node("b", []string{"container", "function"}, 10, 9, 0, now)}, want: "b"},
-		{name: "wrong tier", nodes: []api.Node{node("a", []string{"container"}, 10, 0, 0, now)}, class: errdefs.Unsupported, code: "tier_unavailable"},
-		{name: "tier unavailable on the node", nodes: []api.Node{unavailable}, class: errdefs.Unsupported, code: "tier_unavailable"},
-		{name: "tier only on a stale node", nodes: []api.Node{node("a", fn, 10, 0, 0, old), node("b", []string{"container"}, 10, 0, 0, now)}, class: errdefs.Unsupported, code: "tier_unavailable"},
-		{name: "full", nodes: []api.Node{node("a", fn, 2, 2, 0, now)}, class: errdefs.Unavailable, code: "capacity_exhausted"},
-		{name: "full with pending", nodes: []api.Node{node("a", fn, 2, 1, 0, now)}, pending: map[string]int{"a": 1}, class: errdefs.Unavailable, code: "capacity_exhausted"},
-		{name: "none", class: errdefs.Unavailable, code: "no_nodes"},
-		{name: "none connected", nodes: []api.Node{node("a", fn, 10, 0, 0, old), notReady}, class: errdefs.Unavailable, code: "no_nodes"},
+		{name: "wrong tier", nodes: []api.Node{node("a", []string{"container"}, 10, 0, 0, now)}, class: errdefs.Unsupported, code: api.CodeTierUnavailable},
+		{name: "tier unavailable on the node", nodes: []api.Node{unavailable}, class: errdefs.Unsupported, code: api.CodeTierUnavailable},
+		{name: "tier only on a stale node", nodes: []api.Node{node("a", fn, 10, 0, 0, old), node("b", []string{"container"}, 10, 0, 0, now)}, class: errdefs.Unsupported, code: api.CodeTierUnavailable},
+		{name: "full", nodes: []api.Node{node("a", fn, 2, 2, 0, now)}, class: errdefs.Unavailable, code: api.CodeCapacityExhausted},
+		{name: "full with pending", nodes: []api.Node{node("a", fn, 2, 1, 0, now)}, pending: map[string]int{"a": 1}, class: errdefs.Unavailable, code: api.CodeCapacityExhausted},
+		{name: "none", class: errdefs.Unavailable, code: api.CodeNoNodes},
+		{name: "none connected", nodes: []api.Node{node("a", fn, 10, 0, 0, old), notReady}, class: errdefs.Unavailable, code: api.CodeNoNodes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
