@@ -5,4 +5,5 @@ package sys
 import "github.com/dsec-dev/dsec/internal/errdefs"
 
 func WithThreadEUID(int, func() error) (bool, error) { return false, errdefs.ErrNotSupported }
-func UserNSOwner(int) (int, error)                   { return 0, errdefs.ErrNotSupported }
+
+func SetNotDumpable() error { return errdefs.ErrNotSupported }

@@ -1,8 +1,11 @@
 package sys
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // WriteSmallFile writes b to a regular file at path in three system
@@ -47,3 +50,13 @@ func openRetry(path string, flags int, perm uint32) (int, error) {
 		}
 	}
 }
+
+// ErrLocked is returned by TryLock when another open file holds the lock.
+var ErrLocked = errors.New("locked by another process or handle")
+
+// Mode bits for Mknod.
+const (
+	ModeChar  = unix.S_IFCHR
+	ModeBlock = unix.S_IFBLK
+	ModeFifo  = unix.S_IFIFO
+)

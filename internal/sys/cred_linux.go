@@ -3,8 +3,6 @@ package sys
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -93,17 +91,13 @@ func raiseEffective() error {
 	return nil
 }
 
-// UserNSOwner returns the host uid that owns the user namespace of
-// process pid (NS_GET_OWNER_UID), as the caller's namespace sees it.
-func UserNSOwner(pid int) (int, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/user")
-	if err != nil {
-		return 0, err
+// SetNotDumpable clears this process's dumpable flag (PR_SET_DUMPABLE 0):
+// no core dumps, and processes without CAP_SYS_PTRACE over its user
+// namespace can neither ptrace it nor read its /proc/PID/mem. Programs it
+// starts get the flag back at execve.
+func SetNotDumpable() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing the dumpable flag: %w", err)
 	}
-	defer f.Close()
-	uid, err := unix.IoctlGetUint32(int(f.Fd()), unix.NS_GET_OWNER_UID)
-	if err != nil {
-		return 0, fmt.Errorf("reading the owner of %d's user namespace: %w", pid, err)
-	}
-	return int(uid), nil
+	return nil
 }

@@ -4,56 +4,51 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// InMountNS runs fn on a fresh thread that has joined the mount
-// namespace ns (an open /proc/<pid>/ns/mnt): its root and working
-// directory are that namespace's root. The thread never returns to the
-// node's namespace: it exits with its goroutine.
-func InMountNS(ns *os.File, fn func() error) error {
-	var err error
-	onSideThread(func() bool {
-		// Go's threads share one fs_struct; setns(CLONE_NEWNS) needs
-		// this thread to have its own.
-		if err = unix.Unshare(unix.CLONE_FS); err != nil {
-			err = fmt.Errorf("unsharing the thread's fs: %w", err)
-			return false
-		}
-		if err = unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil {
-			err = fmt.Errorf("joining a mount namespace: %w", err)
-			return false
-		}
-		err = fn()
-		return false // the thread stays in the sandbox's namespace: it goes
-	})
-	return err
+// CloneMount returns a detached copy of the mount at path (open_tree with
+// OPEN_TREE_CLONE): a mount in no namespace's table, kept alive by the
+// descriptor, which MoveMount attaches elsewhere, in another mount
+// namespace too. Sandbox roots travel this way so that the host's mount
+// table, which every new mount namespace copies, does not grow with them.
+func CloneMount(path string) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("cloning the mount at %s: %w", path, err)
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
-// onSideThread runs fn on a goroutine locked to an OS thread that is not
-// the main one (whose namespaces /proc/self shows for the whole process)
-// and waits for it. If fn returns false, the thread has been changed for
-// good: it stays locked and exits with the goroutine.
-func onSideThread(fn func() (clean bool)) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// Holding the main thread, start again: the next goroutine
-			// lands elsewhere.
-			onSideThread(fn)
-			runtime.UnlockOSThread()
-			return
-		}
-		if fn() {
-			runtime.UnlockOSThread()
-		}
-	}()
-	<-done
+// MoveMount attaches the detached mount fd (from CloneMount) at target.
+func MoveMount(fd int, target string) error {
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attaching a mount at %s: %w", target, err)
+	}
+	return nil
+}
+
+// IDMappedClone mounts at target a clone of the mount at source whose
+// file owners are shifted by the user namespace open as usernsFd: files
+// owned by uid 0 show as the uid that namespace maps 0 to, and so on
+// (open_tree(OPEN_TREE_CLONE) + mount_setattr(MOUNT_ATTR_IDMAP) +
+// move_mount). The clone shares source's superblock, hence its page cache.
+func IDMappedClone(source, target string, usernsFd int) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("cloning mount %s: %w", source, err)
+	}
+	defer unix.Close(fd)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(usernsFd)}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("id-mapping mount %s: %w", source, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("placing id-mapped mount on %s: %w", target, err)
+	}
+	return nil
 }
 
 // beneath resolves a path below a directory, following no symlink and
@@ -69,10 +64,10 @@ func openRoot() (int, error) {
 	return fd, nil
 }
 
-// SetRootReadOnly makes the mount at the calling thread's root read-only
+// setRootReadOnly makes the mount at the calling thread's root read-only
 // or writable (that mount only, not those under it). A mount with a file
 // open for writing cannot become read-only (EBUSY).
-func SetRootReadOnly(ro bool) error {
+func setRootReadOnly(ro bool) error {
 	attr := &unix.MountAttr{}
 	if ro {
 		attr.Attr_set = unix.MOUNT_ATTR_RDONLY
@@ -177,10 +172,10 @@ func BindWritable(path string, uid, gid int) error {
 	return nil
 }
 
-// CheckBindable reports whether BindWritable could bind path: it, or its
+// checkBindable reports whether BindWritable could bind path: it, or its
 // parent if it is missing, resolves from the root without symlinks and
 // without leaving the root mount.
-func CheckBindable(path string) error {
+func checkBindable(path string) error {
 	rel := strings.TrimLeft(path, "/")
 	if rel == "" {
 		return errors.New("the root is not a bind target")
@@ -204,26 +199,16 @@ func CheckBindable(path string) error {
 	return unix.Close(fd)
 }
 
-// UnmountPath detaches the mount at path (absolute, in the calling
+// unmountPath detaches the mount at path (absolute, in the calling
 // thread's root), not following a symlink there; nothing mounted is not
 // an error.
-func UnmountPath(path string) error {
+func unmountPath(path string) error {
 	err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 		return nil
 	}
 	return fmt.Errorf("unmounting %s: %w", path, err)
 }
-
-// UnbindableError is ReplaceWritable's error for a new writable path
-// that cannot be bound (see CheckBindable); the earlier binds are back.
-type UnbindableError struct {
-	Path string
-	Err  error
-}
-
-func (e *UnbindableError) Error() string { return e.Path + ": " + e.Err.Error() }
-func (e *UnbindableError) Unwrap() error { return e.Err }
 
 // ReplaceWritable replaces the writable binds of old with those of
 // writable, in the calling thread's root. Either list nil, or naming
@@ -238,14 +223,14 @@ func (e *UnbindableError) Unwrap() error { return e.Err }
 func ReplaceWritable(old, writable []string, uid, gid int) error {
 	for _, w := range old {
 		if w != "/" {
-			if err := UnmountPath(w); err != nil {
+			if err := unmountPath(w); err != nil {
 				return failClosed(old, err)
 			}
 		}
 	}
 	if !wholeRoot(writable) {
 		for _, w := range writable {
-			if err := CheckBindable(w); err != nil {
+			if err := checkBindable(w); err != nil {
 				if rerr := bindAll(old, uid, gid); rerr != nil {
 					return failClosed(old, rerr)
 				}
@@ -275,7 +260,7 @@ func wholeRoot(writable []string) bool {
 // bindAll makes the root writable, then, unless writable leaves all of
 // it so, binds each path writable and makes the root read-only.
 func bindAll(writable []string, uid, gid int) error {
-	if err := SetRootReadOnly(false); err != nil {
+	if err := setRootReadOnly(false); err != nil {
 		return err
 	}
 	if wholeRoot(writable) {
@@ -286,16 +271,16 @@ func bindAll(writable []string, uid, gid int) error {
 			return err
 		}
 	}
-	return SetRootReadOnly(true)
+	return setRootReadOnly(true)
 }
 
 // failClosed unbinds binds and makes the root read-only, and returns err.
 func failClosed(binds []string, err error) error {
 	for _, w := range binds {
 		if w != "/" {
-			_ = UnmountPath(w)
+			_ = unmountPath(w)
 		}
 	}
-	_ = SetRootReadOnly(true)
+	_ = setRootReadOnly(true)
 	return err
 }

@@ -2,6 +2,7 @@ package sys
 
 import (
 	"fmt"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,3 +18,15 @@ func SetNofile(pid int, n uint64) error {
 	}
 	return nil
 }
+
+// SetChildSubreaper makes this process the reaper of its orphaned
+// descendants, as PID 1 is (PR_SET_CHILD_SUBREAPER).
+func SetChildSubreaper() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("becoming a child subreaper: %w", err)
+	}
+	return nil
+}
+
+// SignalName is the signal's name ("SIGKILL"), or "" if it has none.
+func SignalName(s syscall.Signal) string { return unix.SignalName(s) }

@@ -4,63 +4,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
-
-// PeerCred returns the credentials of the process at the other end of a
-// connected Unix socket (SO_PEERCRED, recorded by the kernel at connect
-// time and translated into this process's namespaces when asked).
-func PeerCred(c syscall.Conn) (Ucred, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return Ucred{}, fmt.Errorf("peer credentials: %w", err)
-	}
-	var (
-		uc   *unix.Ucred
-		uerr error
-	)
-	if err := rc.Control(func(fd uintptr) {
-		uc, uerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return Ucred{}, fmt.Errorf("peer credentials: %w", err)
-	}
-	if uerr != nil {
-		return Ucred{}, fmt.Errorf("peer credentials: %w", uerr)
-	}
-	return Ucred{Pid: uc.Pid, Uid: uc.Uid, Gid: uc.Gid}, nil
-}
-
-// CloexecFrom marks every file descriptor from first up close-on-exec
-// (close_range(2) with CLOSE_RANGE_CLOEXEC, Linux 5.11), so that none of
-// them, whatever opened it, reaches a program this process starts.
-func CloexecFrom(first int) error {
-	if err := unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return fmt.Errorf("marking descriptors close-on-exec: %w", err)
-	}
-	return nil
-}
-
-// SetChildSubreaper makes this process the reaper of its orphaned
-// descendants, as PID 1 is (PR_SET_CHILD_SUBREAPER).
-func SetChildSubreaper() error {
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("becoming a child subreaper: %w", err)
-	}
-	return nil
-}
-
-// SetNotDumpable clears this process's dumpable flag (PR_SET_DUMPABLE 0):
-// no core dumps, and processes without CAP_SYS_PTRACE over its user
-// namespace can neither ptrace it nor read its /proc/PID/mem. Programs it
-// starts get the flag back at execve.
-func SetNotDumpable() error {
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("clearing the dumpable flag: %w", err)
-	}
-	return nil
-}
 
 // OpenPTY opens a new pseudo-terminal pair from /dev/ptmx. The master is
 // non-blocking and registered with Go's poller (read deadlines and Close

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package sys
+
+import (
+	"syscall"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+func PeerCred(syscall.Conn) (Ucred, error) { return Ucred{}, errdefs.ErrNotSupported }
+
+// NetlinkRoute is the rtnetlink protocol number.
+const NetlinkRoute = 0
+
+func ForceSocketBuffers(syscall.RawConn, int) error { return errdefs.ErrNotSupported }
+
+func SetLinkUp(string) error { return errdefs.ErrNotSupported }
