@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,6 +99,49 @@ func raiseEffective() error {
 func SetNotDumpable() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("clearing the dumpable flag: %w", err)
+	}
+	return nil
+}
+
+// Securebits (linux/securebits.h).
+const (
+	secbitNoroot       = 1 << 0
+	secbitNorootLocked = 1 << 1
+)
+
+// SetThreadNoRoot sets SECBIT_NOROOT, locked, on the calling thread
+// (threads and processes it starts inherit it): executing a program as
+// root then grants no capability of itself.
+func SetThreadNoRoot() error {
+	if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitNoroot|secbitNorootLocked, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// SetProcessNoRoot is SetThreadNoRoot on every thread of the process
+// (securebits are per thread; one stop-the-world sets them all).
+func SetProcessNoRoot() error {
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitNoroot|secbitNorootLocked, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// DropBoundingCap removes capability c from the calling thread's
+// bounding set (PR_CAPBSET_DROP; the set is per thread).
+func DropBoundingCap(c int) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// SetNoNewPrivs sets no_new_privs on the calling thread (threads and
+// processes it starts inherit it): no exec can gain privileges.
+func SetNoNewPrivs() error {
+	if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return e
 	}
 	return nil
 }

@@ -60,3 +60,21 @@ const (
 	ModeBlock = unix.S_IFBLK
 	ModeFifo  = unix.S_IFIFO
 )
+
+// CloseFd closes a raw file descriptor.
+func CloseFd(fd int) error { return syscall.Close(fd) }
+
+// Rmdir removes the empty directory path: one rmdir(2), where os.Remove
+// tries unlink(2) first.
+func Rmdir(path string) error { return syscall.Rmdir(path) }
+
+// Unlink removes the file (not directory) path: one unlink(2).
+func Unlink(path string) error { return syscall.Unlink(path) }
+
+// Stat is stat(2), with the kernel's fields as they are (os.Stat's
+// FileInfo hides some behind Sys()).
+func Stat(path string, st *syscall.Stat_t) error { return syscall.Stat(path, st) }
+
+// Umask sets this process's file mode creation mask and returns the old
+// one.
+func Umask(mask int) (old int) { return syscall.Umask(mask) }

@@ -115,9 +115,6 @@ func CloexecFrom(first int) error {
 	return nil
 }
 
-// CloseFd closes a raw file descriptor.
-func CloseFd(fd int) error { return unix.Close(fd) }
-
 // TryLock takes an exclusive advisory lock (flock) on f without waiting.
 // It is released when f is closed.
 func TryLock(f *os.File) error {
@@ -157,4 +154,21 @@ func LockFile(ctx context.Context, path string) (unlock func(), err error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Lock takes an exclusive advisory lock (flock) on f, waiting for it.
+// It is released when f is closed.
+func Lock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }
+
+// CloseOnExec marks fd close-on-exec.
+func CloseOnExec(fd int) { unix.CloseOnExec(fd) }
+
+// HasCloseOnExec reports whether fd is marked close-on-exec; it fails
+// (EBADF) if fd is not open.
+func HasCloseOnExec(fd int) (bool, error) {
+	flags, _, e := unix.RawSyscall(unix.SYS_FCNTL, uintptr(fd), unix.F_GETFD, 0)
+	if e != 0 {
+		return false, e
+	}
+	return flags&unix.FD_CLOEXEC != 0, nil
 }

@@ -16,8 +16,6 @@ func CloneFile(dst, src string, perm os.FileMode) (bool, error) {
 
 func RenameNoReplace(string, string) error { return errdefs.ErrNotSupported }
 
-func CloseFd(fd int) error { return nil }
-
 func Mknod(string, uint32, uint32, uint32) error { return errdefs.ErrNotSupported }
 
 func CloexecFrom(int) error { return errdefs.ErrNotSupported }

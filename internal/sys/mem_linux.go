@@ -42,3 +42,14 @@ func ResidentBytes(path string) (int64, error) {
 	}
 	return int64(st.Cache) * int64(os.Getpagesize()), nil
 }
+
+// DropRange returns the pages of [start, start+length) to the kernel
+// (MADV_DONTNEED), for mappings that are not Go memory and so are named
+// by address, such as the executable's own. File pages fault back in
+// from the page cache; anonymous ones read back as zeros.
+func DropRange(start, length uintptr) error {
+	if _, _, e := unix.Syscall(unix.SYS_MADVISE, start, length, unix.MADV_DONTNEED); e != 0 {
+		return e
+	}
+	return nil
+}

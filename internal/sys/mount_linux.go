@@ -159,3 +159,44 @@ func UnmountTmpfsIfEmpty(dir string) error {
 	}
 	return Unmount(dir)
 }
+
+// Mount is mount(2) itself, for the sandbox and VM guests' own trees,
+// where each mount's source, type, flags (syscall.MS_*) and options are
+// the caller's to choose.
+func Mount(source, target, fstype string, flags uintptr, data string) error {
+	return unix.Mount(source, target, fstype, flags, data)
+}
+
+// PivotRoot makes dir, a mount point, the root of the calling thread
+// (of every thread that shares its fs, as a fresh process's do) and its
+// working directory, and detaches the old root: pivot_root(".", ".")
+// stacks the old root on the new one; detaching it leaves only the new.
+func PivotRoot(dir string) error {
+	if err := unix.Chdir(dir); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// SwitchRoot makes root the process's / as switch_root(8) does: an
+// initramfs's rootfs cannot be pivot_root'ed away, so root is moved over
+// / and the process chroots into it. The initramfs's files stay in
+// memory, hidden.
+func SwitchRoot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving the root: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	return unix.Chdir("/")
+}

@@ -106,18 +106,7 @@ func EnterSmallMountNS(mountpoint string, binds []Bind) error {
 			return fmt.Errorf("binding %s: %w", b.Path, err)
 		}
 	}
-	// pivot_root(".", ".") stacks the old root on the new one; detaching
-	// it leaves only the new.
-	if err := unix.Chdir(mountpoint); err != nil {
-		return err
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detaching the host's root: %w", err)
-	}
-	return unix.Chdir("/")
+	return PivotRoot(mountpoint)
 }
 
 // SetHostnameIn sets the hostname of the UTS namespace uts (an open
@@ -258,3 +247,10 @@ func RunContained(cmd *exec.Cmd) error {
 	}
 	return cmd.Wait()
 }
+
+// Unshare moves the calling thread into new namespaces (flags:
+// syscall.CLONE_NEW*).
+func Unshare(flags int) error { return unix.Unshare(flags) }
+
+// Sethostname sets the hostname of the calling thread's UTS namespace.
+func Sethostname(name string) error { return unix.Sethostname([]byte(name)) }

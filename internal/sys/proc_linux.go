@@ -30,3 +30,7 @@ func SetChildSubreaper() error {
 
 // SignalName is the signal's name ("SIGKILL"), or "" if it has none.
 func SignalName(s syscall.Signal) string { return unix.SignalName(s) }
+
+// Gettid is the calling thread's id (the process's pid on its main
+// thread).
+func Gettid() int { return unix.Gettid() }

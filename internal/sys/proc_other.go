@@ -16,3 +16,6 @@ func SetNofile(pid int, n uint64) error {
 func SignalName(s syscall.Signal) string { return "" }
 
 func SetChildSubreaper() error { return errdefs.ErrNotSupported }
+
+// Gettid: no thread ids off Linux.
+func Gettid() int { return -1 }

@@ -77,3 +77,9 @@ func setLinkFlags(name string, flags uint16) error {
 	}
 	return nil
 }
+
+// Socketpair returns a connected pair of Unix sockets of type typ
+// (syscall.SOCK_STREAM, syscall.SOCK_SEQPACKET…), both close-on-exec.
+func Socketpair(typ int) ([2]int, error) {
+	return unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+}

@@ -47,3 +47,13 @@ func UsedBytes(dir string) (int64, error) {
 func IsNoSpace(err error) bool {
 	return errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)
 }
+
+// FSType is the type (statfs f_type, a magic number) of the file system
+// holding path.
+func FSType(path string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Type), nil
+}

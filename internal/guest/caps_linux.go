@@ -1,11 +1,9 @@
-//go:build linux
-
 package guest
 
 import (
 	"fmt"
-	"syscall"
-	"unsafe"
+
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // Capabilities the agent keeps once the sandbox is set up: what running
@@ -32,25 +30,17 @@ var agentCaps = []uint{
 // the agent that starts it; no_new_privs keeps any exec from gaining
 // more than that set.
 func dropAgentCaps(keep []int) error {
-	var mask [2]uint32
+	var mask uint64
 	for _, c := range agentCaps {
-		mask[c/32] |= 1 << (c % 32)
+		mask |= 1 << c
 	}
 	for _, c := range keep {
 		if c >= 0 && c < 64 {
-			mask[c/32] |= 1 << (uint(c) % 32)
+			mask |= 1 << uint(c)
 		}
 	}
-	hdr := struct {
-		version uint32
-		pid     int32
-	}{version: 0x20080522} // _LINUX_CAPABILITY_VERSION_3
-	data := [2]struct{ effective, permitted, inheritable uint32 }{
-		{mask[0], mask[0], 0}, {mask[1], mask[1], 0},
-	}
-	_, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
-	if e != 0 {
-		return fmt.Errorf("dropping the agent's capabilities: %w", e)
+	if err := sys.LimitCaps(mask); err != nil {
+		return fmt.Errorf("dropping the agent's capabilities: %w", err)
 	}
 	return nil
 }
