@@ -17,4 +17,16 @@ func ForceSocketBuffers(syscall.RawConn, int) error { return errdefs.ErrNotSuppo
 
 func SetLinkUp(string) error { return errdefs.ErrNotSupported }
 
-func Socketpair(int) ([2]int, error) { return [2]int{-1, -1}, errdefs.ErrNotSupported }
+// Socketpair: without SOCK_CLOEXEC here, the pair is marked
+// close-on-exec under syscall.ForkLock, so no fork sees it unmarked.
+func Socketpair(typ int) ([2]int, error) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, typ, 0)
+	if err != nil {
+		return fds, err
+	}
+	syscall.CloseOnExec(fds[0])
+	syscall.CloseOnExec(fds[1])
+	return fds, nil
+}
