@@ -1,7 +1,7 @@
-// Package sys is DSec's one gateway to the kernel: every system call the
-// module makes outside it goes through a function here, so the calls DSec
-// makes into the kernel can be read, reviewed and stubbed for other
-// systems in one place. Off Linux the functions return errors wrapping
+// Package sys is DSec's one gateway to the kernel: every system call
+// DSec makes itself (rather than through os, net or os/exec) goes
+// through a function here, so the calls DSec makes into the kernel can
+// be read, reviewed and stubbed for other systems in one place. Off Linux the functions return errors wrapping
 // errdefs.ErrNotSupported (or do nothing where nothing can be left
 // behind).
 //
@@ -21,8 +21,10 @@
 // package syscall is the WASI host's, not a kernel's) are outside it.
 //
 // The files are named for the kernel subsystem they reach, never for a
-// caller; each X_linux.go has its X_other.go stubs, and X.go holds what
-// is the same on every system:
+// caller: X_linux.go makes the calls, X_other.go stubs what code built
+// for other systems calls (clock and system have no such callers), and
+// X.go holds what is the same everywhere (types, and calls package
+// syscall makes alike on Linux and macOS):
 //
 //	mount        mount(2) and umount(2): tmpfs, erofs, overlay, FUSE, binds,
 //	             pivot_root and switch-root
