@@ -9,11 +9,11 @@ import (
 	"os"
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // forkReq is a fork the agent asks the setup thread to run.
@@ -48,7 +48,7 @@ func sandboxMain(stderr io.Writer) int {
 	// Executed through a descriptor, the process is named after it ("7");
 	// the main thread's name is the process's in ps.
 	_ = os.WriteFile("/proc/thread-self/comm", []byte("dsec-guest"), 0)
-	syscall.Umask(0o022)
+	sys.Umask(0o022)
 	status, locked := make(chan int, 1), make(chan struct{})
 	go func() {
 		runtime.LockOSThread() // for good: its bounding set goes

@@ -30,13 +30,6 @@ import (
 // phaseKillTimeout bounds the kill sweeps of a phase change.
 const phaseKillTimeout = 10 * time.Second
 
-// Securebits (linux/securebits.h).
-const (
-	prSetSecurebits    = 28
-	secbitNoroot       = 1 << 0
-	secbitNorootLocked = 1 << 1
-)
-
 func (a *agent) phase(c *agentproto.Call) {
 	if !a.opt.Phases {
 		c.Reply(nil, errdefs.New(errdefs.Unsupported, api.CodePhaseUnsupported, "this agent does not apply phases: its host does"))
@@ -76,7 +69,7 @@ func killOthers(ctx context.Context) (int, error) {
 	self := os.Getpid()
 	seen := map[int]bool{}
 	for {
-		if err := syscall.Kill(-1, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := sys.Kill(-1, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return len(seen), fmt.Errorf("kill(-1): %w", err)
 		}
 		left, err := userProcesses(self)
@@ -140,8 +133,8 @@ func userProcesses(self int) ([]int, error) {
 // command it starts as uid 0 then holds only the capabilities its exec
 // names (ambient), as in a container.
 func noRoot() error {
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prSetSecurebits, secbitNoroot|secbitNorootLocked, 0); e != 0 {
-		return fmt.Errorf("setting SECBIT_NOROOT: %w", e)
+	if err := sys.SetProcessNoRoot(); err != nil {
+		return fmt.Errorf("setting SECBIT_NOROOT: %w", err)
 	}
 	return nil
 }

@@ -215,7 +215,7 @@ func (a *agent) spawn(args *agentproto.ExecArgs, background bool) (*proc, stdio,
 	}
 	err = theReaper.start(p, func() (int, error) {
 		fork := func() (int, error) {
-			return syscall.ForkExec(prog, args.Argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: attr})
+			return sys.ForkExec(prog, args.Argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: attr})
 		}
 		if a.opt.Fork != nil {
 			return a.opt.Fork(fork)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // reaper is the process's one waiter for children. Nothing else in the
@@ -88,7 +90,7 @@ func (r *reaper) reap() {
 	if r.all {
 		for {
 			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			pid, err := sys.Wait4(-1, &ws, syscall.WNOHANG)
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
@@ -101,9 +103,9 @@ func (r *reaper) reap() {
 	}
 	for pid := range r.procs {
 		var ws syscall.WaitStatus
-		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		got, err := sys.Wait4(pid, &ws, syscall.WNOHANG)
 		for errors.Is(err, syscall.EINTR) {
-			got, err = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			got, err = sys.Wait4(pid, &ws, syscall.WNOHANG)
 		}
 		if got == pid && err == nil {
 			r.exitedLocked(pid, ws)
@@ -146,5 +148,5 @@ func (r *reaper) signalGroup(p *proc, sig syscall.Signal) error {
 	defer r.mu.Unlock()
 	// After the leader is reaped its pid stays reserved as long as the
 	// group has members, so -pid still names this group, or none.
-	return syscall.Kill(-p.pid, sig)
+	return sys.Kill(-p.pid, sig)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
@@ -31,7 +32,7 @@ type fakeAgent struct {
 // socketPair returns both ends of a connected Unix socket pair.
 func socketPair(t testing.TB) (net.Conn, net.Conn) {
 	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := sys.Socketpair(syscall.SOCK_STREAM)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // Tier is this runtime's tier name.
@@ -115,7 +116,7 @@ func (o Options) withDefaults() Options {
 		o.Nofile = 65536
 	}
 	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Max < o.Nofile {
+	if err := sys.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Max < o.Nofile {
 		o.Nofile = lim.Max
 	}
 	return o

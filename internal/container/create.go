@@ -581,7 +581,7 @@ func (f *startFiles) open(dir string) error {
 	if f.syncR, f.syncW, err = os.Pipe(); err != nil {
 		return err
 	}
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := sys.Socketpair(syscall.SOCK_STREAM)
 	if err != nil {
 		return fmt.Errorf("making the agent's connection: %w", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"syscall"
 
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -86,7 +85,7 @@ func (f *forker) spawn() error {
 	go func() {
 		defer f.wg.Done()
 		runtime.LockOSThread() // never unlocked: the thread dies with us
-		if syscall.Gettid() == syscall.Getpid() {
+		if sys.Gettid() == os.Getpid() {
 			// The main thread: /proc/self shows its mount namespace to
 			// the whole process. Holding it, start again elsewhere.
 			ready <- f.spawn()
@@ -100,7 +99,7 @@ func (f *forker) spawn() error {
 		}
 		if err == nil {
 			f.mu.Lock()
-			f.tids = append(f.tids, syscall.Gettid())
+			f.tids = append(f.tids, sys.Gettid())
 			f.mu.Unlock()
 		}
 		ready <- err

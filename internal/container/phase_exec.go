@@ -94,7 +94,7 @@ func (r *Runtime) setExecutables(sb *Sandbox, p api.Phase) error {
 // from stat's encoding.
 func kernelDev(path string) (uint64, error) {
 	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
+	if err := sys.Stat(path, &st); err != nil {
 		return 0, err
 	}
 	d := uint64(st.Dev)

@@ -201,7 +201,7 @@ func alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	err := syscall.Kill(pid, 0)
+	err := sys.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 

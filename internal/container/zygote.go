@@ -34,7 +34,7 @@ type zygote struct {
 // startZygote starts a zygote from bin (a dsec-guest binary, open) on a
 // forker thread joined to the node's network namespace.
 func startZygote(f *forker, bin *os.File) (*zygote, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	fds, err := sys.Socketpair(syscall.SOCK_SEQPACKET)
 	if err != nil {
 		return nil, fmt.Errorf("making the zygote's connection: %w", err)
 	}
@@ -99,11 +99,11 @@ func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os
 	}
 	_ = z.conn.SetDeadline(deadline)
 	// A datagram of a SOCK_SEQPACKET socket is sent whole or not at all.
-	if _, _, err := z.conn.WriteMsgUnix(b, syscall.UnixRights(fds...), nil); err != nil {
+	if _, _, err := z.conn.WriteMsgUnix(b, sys.UnixRights(fds...), nil); err != nil {
 		return 0, nil, 0, fmt.Errorf("asking the zygote: %w", err)
 	}
 	buf := make([]byte, 4096)
-	oob := make([]byte, syscall.CmsgSpace(4))
+	oob := make([]byte, sys.CmsgSpace(4))
 	n, oobn, _, _, err := z.conn.ReadMsgUnix(buf, oob)
 	child, ferr := answerPidfd(oob[:oobn])
 	if err == nil && n == 0 {
@@ -136,13 +136,13 @@ func answerPidfd(oob []byte) (*sys.Pidfd, error) {
 	if len(oob) == 0 {
 		return nil, nil
 	}
-	msgs, err := syscall.ParseSocketControlMessage(oob)
+	msgs, err := sys.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil, err
 	}
 	var fds []int
 	for _, m := range msgs {
-		got, err := syscall.ParseUnixRights(&m)
+		got, err := sys.ParseUnixRights(&m)
 		if err != nil {
 			continue
 		}
@@ -150,7 +150,7 @@ func answerPidfd(oob []byte) (*sys.Pidfd, error) {
 	}
 	if len(fds) != 1 {
 		for _, fd := range fds {
-			_ = syscall.Close(fd)
+			_ = sys.CloseFd(fd)
 		}
 		if len(fds) == 0 {
 			return nil, nil
@@ -169,7 +169,7 @@ func (z *zygote) close() {
 	select {
 	case <-z.done:
 	case <-time.After(time.Second):
-		_ = syscall.Kill(z.pid, syscall.SIGKILL)
+		_ = sys.Kill(z.pid, syscall.SIGKILL)
 		<-z.done
 	}
 }

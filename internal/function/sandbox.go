@@ -8,12 +8,12 @@ import (
 	"regexp"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/sys"
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
 )
 
@@ -163,7 +163,7 @@ func removeOwnDir(dir string, tmpfs bool) error {
 			return err
 		}
 	}
-	if syscall.Rmdir(work) == nil && syscall.Unlink(filepath.Join(dir, stateName)) == nil && syscall.Rmdir(dir) == nil {
+	if sys.Rmdir(work) == nil && sys.Unlink(filepath.Join(dir, stateName)) == nil && sys.Rmdir(dir) == nil {
 		return nil
 	}
 	return removeSandboxDir(dir)

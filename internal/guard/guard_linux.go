@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // Guard is the programs attached to one cgroup2 directory. It is not
@@ -311,14 +312,13 @@ func mountBPFFS() error {
 		return fmt.Errorf("opening %s: %w", bpffs, err)
 	}
 	defer d.Close()
-	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX); err != nil {
+	if err := sys.Lock(d); err != nil {
 		return fmt.Errorf("locking %s: %w", bpffs, err)
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(bpffs, &st); err == nil && st.Type == bpfFSMagic {
+	if t, err := sys.FSType(bpffs); err == nil && t == bpfFSMagic {
 		return nil
 	}
-	if err := syscall.Mount("bpf", bpffs, "bpf", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "mode=0700"); err != nil {
+	if err := sys.Mount("bpf", bpffs, "bpf", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "mode=0700"); err != nil {
 		return fmt.Errorf("mounting the BPF file system at %s: %w", bpffs, err)
 	}
 	return nil

@@ -8,10 +8,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
-)
 
-// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
-const prSetChildSubreaper = 36
+	"github.com/dsec-dev/dsec/internal/sys"
+)
 
 // forwarded are the signals Init passes on to the command. As PID 1 the
 // kernel drops signals that have no handler, so each needs one.
@@ -32,8 +31,8 @@ var forwarded = []os.Signal{
 // wait for children while it runs.
 func Init(ctx context.Context, argv []string) (int, error) {
 	if os.Getpid() != 1 {
-		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
-			return ExitCannot, fmt.Errorf("becoming a child subreaper: %w", errno)
+		if err := sys.SetChildSubreaper(); err != nil {
+			return ExitCannot, err
 		}
 	}
 	path, err := exec.LookPath(argv[0])
@@ -60,9 +59,9 @@ func Init(ctx context.Context, argv []string) (int, error) {
 		for {
 			select {
 			case s := <-sigs:
-				_ = syscall.Kill(pid, s.(syscall.Signal)) // the command may be gone
+				_ = sys.Kill(pid, s.(syscall.Signal)) // the command may be gone
 			case <-ctx.Done():
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				_ = sys.Kill(pid, syscall.SIGKILL)
 				return
 			case <-done:
 				return
@@ -72,7 +71,7 @@ func Init(ctx context.Context, argv []string) (int, error) {
 
 	for {
 		var ws syscall.WaitStatus
-		got, err := syscall.Wait4(-1, &ws, 0, nil)
+		got, err := sys.Wait4(-1, &ws, 0)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
@@ -93,7 +92,7 @@ func Init(ctx context.Context, argv []string) (int, error) {
 func reapZombies() {
 	for {
 		var ws syscall.WaitStatus
-		got, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		got, err := sys.Wait4(-1, &ws, syscall.WNOHANG)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}

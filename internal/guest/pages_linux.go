@@ -5,7 +5,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // DropFilePages unmaps the pages of the agent's own executable that
@@ -54,8 +55,8 @@ func DropFilePages() error {
 	}
 	for _, s := range byInode[exe] {
 		// Raw addresses: the mappings are not Go memory.
-		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(s.start), uintptr(s.end-s.start), syscall.MADV_DONTNEED); errno != 0 {
-			return errno
+		if err := sys.DropRange(uintptr(s.start), uintptr(s.end-s.start)); err != nil {
+			return err
 		}
 	}
 	return nil

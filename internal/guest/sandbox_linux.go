@@ -54,10 +54,10 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		{"closing inherited descriptors", closeInherited},
 		// The node has placed us in our cgroups by now (we read the config
 		// only after): a new cgroup namespace roots our view there.
-		{"entering a cgroup namespace", func() error { return syscall.Unshare(syscall.CLONE_NEWCGROUP) }},
+		{"entering a cgroup namespace", func() error { return sys.Unshare(syscall.CLONE_NEWCGROUP) }},
 		// Nothing we mount propagates back to the host.
-		{"making mounts private", func() error { return syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") }},
-		{"setting the hostname", func() error { return syscall.Sethostname([]byte(cfg.Hostname)) }},
+		{"making mounts private", func() error { return sys.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") }},
+		{"setting the hostname", func() error { return sys.Sethostname(cfg.Hostname) }},
 		{"bringing up the loopback network", func() error {
 			if !cfg.OwnNetwork {
 				return nil
@@ -71,7 +71,7 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 			if cfg.RootFD != 0 {
 				return nil
 			}
-			return syscall.Mount(root, root, "", syscall.MS_BIND|syscall.MS_REC, "")
+			return sys.Mount(root, root, "", syscall.MS_BIND|syscall.MS_REC, "")
 		}},
 		// From here paths are relative to the root (now a mount, so the
 		// working directory is on it): the node's state directory is many
@@ -104,7 +104,7 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 	if err != nil {
 		return nil, cfg, fmt.Errorf("listening for the node: %w", err)
 	}
-	if err := pivot(root); err != nil {
+	if err := sys.PivotRoot(root); err != nil {
 		ln.Close()
 		return nil, cfg, fmt.Errorf("pivoting into the root: %w", err)
 	}
@@ -193,11 +193,10 @@ func closeInherited() error {
 		if err != nil || fd <= 4 {
 			continue
 		}
-		flags, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
-		if e != 0 || flags&syscall.FD_CLOEXEC != 0 {
+		if cloexec, err := sys.HasCloseOnExec(fd); err != nil || cloexec {
 			continue // closed meanwhile (the listing's own), or ours
 		}
-		if err := syscall.Close(fd); err != nil {
+		if err := sys.CloseFd(fd); err != nil {
 			return fmt.Errorf("closing descriptor %d: %w", fd, err)
 		}
 	}
@@ -209,7 +208,7 @@ func mountAt(root, rel, source, fstype string, flags uintptr, data string) error
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return err
 	}
-	return syscall.Mount(source, target, fstype, flags, data)
+	return sys.Mount(source, target, fstype, flags, data)
 }
 
 // bindFile bind-mounts the host file src onto root/rel (created empty).
@@ -223,12 +222,12 @@ func bindFile(root, rel, src string, flags uintptr) error {
 	} else if !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
+	if err := sys.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding %s: %w", src, err)
 	}
 	flags |= syscall.MS_NOSUID | syscall.MS_NOEXEC
 	if flags != 0 {
-		return syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|flags, "")
+		return sys.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|flags, "")
 	}
 	return nil
 }
@@ -277,10 +276,10 @@ func bindSys(root string, m *masker) error {
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return err
 	}
-	if err := syscall.Mount("/sys", target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+	if err := sys.Mount("/sys", target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
 		return err
 	}
-	if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|nosuidNodevNoexec, ""); err != nil {
+	if err := sys.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|nosuidNodevNoexec, ""); err != nil {
 		return err
 	}
 	for _, d := range []string{"fs/cgroup", "firmware", "kernel/security", "kernel/debug", "kernel/tracing", "fs/bpf", "fs/fuse/connections", "devices/virtual/powercap", "class/net", "devices/virtual/net"} {
@@ -313,7 +312,7 @@ type masker struct{ first string }
 // nothing to hide: the mount's own error says so, without a stat first.
 func (m *masker) dir(path string) error {
 	if m.first == "" {
-		err := syscall.Mount("tmpfs", path, "tmpfs", syscall.MS_RDONLY|nosuidNodevNoexec, "size=0")
+		err := sys.Mount("tmpfs", path, "tmpfs", syscall.MS_RDONLY|nosuidNodevNoexec, "size=0")
 		if err == nil {
 			m.first = path
 		}
@@ -321,7 +320,7 @@ func (m *masker) dir(path string) error {
 	}
 	// The bind keeps the mount's flags (read-only, nosuid, nodev,
 	// noexec), and the tmpfs itself is read-only.
-	return absent(syscall.Mount(m.first, path, "", syscall.MS_BIND, ""))
+	return absent(sys.Mount(m.first, path, "", syscall.MS_BIND, ""))
 }
 
 // absent is err, or nil if it says the target does not exist or is not
@@ -337,7 +336,7 @@ func absent(err error) error {
 func maskProc(root string, m *masker) error {
 	proc := filepath.Join(root, "proc")
 	for _, p := range []string{"kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "sysrq-trigger", "kallsyms", "interrupts"} {
-		err := syscall.Mount("/dev/null", filepath.Join(proc, p), "", syscall.MS_BIND, "")
+		err := sys.Mount("/dev/null", filepath.Join(proc, p), "", syscall.MS_BIND, "")
 		if err != nil && !errors.Is(err, syscall.ENOENT) {
 			return fmt.Errorf("masking /proc/%s: %w", p, err)
 		}
@@ -349,14 +348,14 @@ func maskProc(root string, m *masker) error {
 	}
 	for _, p := range []string{"bus", "fs", "irq", "sys"} {
 		path := filepath.Join(proc, p)
-		err := syscall.Mount(path, path, "", syscall.MS_BIND|syscall.MS_REC, "")
+		err := sys.Mount(path, path, "", syscall.MS_BIND|syscall.MS_REC, "")
 		if errors.Is(err, syscall.ENOENT) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("protecting /proc/%s: %w", p, err)
 		}
-		if err := syscall.Mount("", path, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|nosuidNodevNoexec, ""); err != nil {
+		if err := sys.Mount("", path, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|nosuidNodevNoexec, ""); err != nil {
 			return fmt.Errorf("protecting /proc/%s: %w", p, err)
 		}
 	}
@@ -398,24 +397,8 @@ func writeOwn(p, content string) error {
 	return errors.Join(err, f.Close())
 }
 
-func pivot(root string) error {
-	if err := os.Chdir(root); err != nil {
-		return err
-	}
-	if err := syscall.PivotRoot(".", "."); err != nil {
-		return err
-	}
-	if err := syscall.Unmount(".", syscall.MNT_DETACH); err != nil {
-		return err
-	}
-	return os.Chdir("/")
-}
-
-// Linux capability constants (not in package syscall).
-const (
-	prCapbsetDrop = 24
-	capLastCap    = 40
-)
+// capLastCap is CAP_LAST_CAP where /proc does not say.
+const capLastCap = 40
 
 // dropBounding empties the capability bounding set but for keep, on the
 // calling thread: the bounding set is per thread, and the agent forks
@@ -439,19 +422,12 @@ func dropBounding(keep []int) error {
 		if k[c] {
 			continue
 		}
-		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, uintptr(c), 0); e != 0 {
-			return fmt.Errorf("dropping capability %d: %w", c, e)
+		if err := sys.DropBoundingCap(c); err != nil {
+			return fmt.Errorf("dropping capability %d: %w", c, err)
 		}
 	}
 	return nil
 }
-
-// Securebits (linux/securebits.h).
-const (
-	prSetSecurebits   = 28
-	secbitNoroot      = 1 << 0
-	secbitNorootLockd = 1 << 1
-)
 
 // noRoot sets SECBIT_NOROOT, locked, on the calling thread (the one that
 // forks every command, which inherits it): executing a program as root
@@ -459,8 +435,8 @@ const (
 // ambient capabilities the agent starts it with (its phase's), whatever
 // its uid. Without it root's exec would grant the whole bounding set.
 func noRoot() error {
-	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetSecurebits, secbitNoroot|secbitNorootLockd, 0); e != 0 {
-		return fmt.Errorf("setting SECBIT_NOROOT: %w", e)
+	if err := sys.SetThreadNoRoot(); err != nil {
+		return fmt.Errorf("setting SECBIT_NOROOT: %w", err)
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ func Zygote(conn *os.File) int {
 		return 1
 	}
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, syscall.CmsgSpace(ZygoteFDs*4))
+	oob := make([]byte, sys.CmsgSpace(ZygoteFDs*4))
 	for served := 0; ; served++ {
 		if served%256 == 0 {
 			// Every fork copies the page table entries of this process's
@@ -89,7 +89,7 @@ func Zygote(conn *os.File) int {
 		b, _ := json.Marshal(reply)
 		var rights []byte
 		if child != nil {
-			rights = syscall.UnixRights(child.Fd())
+			rights = sys.UnixRights(child.Fd())
 		}
 		_, _, err = uc.WriteMsgUnix(b, rights, nil)
 		if child != nil {
@@ -111,13 +111,13 @@ func Zygote(conn *os.File) int {
 
 // zygoteFiles returns the descriptors of a request, in ZygoteFD* order.
 func zygoteFiles(oob []byte) ([]*os.File, error) {
-	msgs, err := syscall.ParseSocketControlMessage(oob)
+	msgs, err := sys.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil, fmt.Errorf("reading the request's descriptors: %w", err)
 	}
 	var fds []int
 	for _, m := range msgs {
-		got, err := syscall.ParseUnixRights(&m)
+		got, err := sys.ParseUnixRights(&m)
 		if err != nil {
 			return nil, fmt.Errorf("reading the request's descriptors: %w", err)
 		}
@@ -125,7 +125,7 @@ func zygoteFiles(oob []byte) ([]*os.File, error) {
 	}
 	files := make([]*os.File, len(fds))
 	for i, fd := range fds {
-		syscall.CloseOnExec(fd)
+		sys.CloseOnExec(fd)
 		files[i] = os.NewFile(uintptr(fd), "request")
 	}
 	if len(files) != ZygoteFDs {

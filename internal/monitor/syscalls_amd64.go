@@ -1,3 +1,5 @@
+//go:build linux
+
 package monitor
 
 // What the kernel program reports of each watched system call (see

@@ -5,6 +5,7 @@ package network
 import (
 	"context"
 	"fmt"
+	"net/netip"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -28,5 +29,6 @@ func (m *Manager) SetPolicy(context.Context, string, Policy) error { return errU
 func (m *Manager) Recover(context.Context, []string) error         { return errUnsupported }
 func (m *Manager) Endpoint(string) (*Endpoint, bool)               { return nil, false }
 func (m *Manager) Stats() Stats                                    { return Stats{} }
+func (m *Manager) Resolvers() []netip.Addr                         { return nil }
 func (m *Manager) Close(context.Context) error                     { return nil }
 func EnterNetns(string, func() error) error                        { return errUnsupported }

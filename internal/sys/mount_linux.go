@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-
-	"golang.org/x/sys/unix"
+	"strconv"
+	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // MountTmpfs mounts a tmpfs named source on target with the given options
@@ -49,46 +49,154 @@ func DetachMount(target string) error {
 	return nil
 }
 
-// IsTmpfsRoot reports whether dir is the root of a tmpfs mount.
-func IsTmpfsRoot(dir string) bool {
-	var st, parent unix.Stat_t
-	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
-		return false
+// MountErofs mounts the EROFS metadata image meta on target, read-only,
+// nosuid and nodev, with blob as its extra device. It is a direct
+// mount(2) of the file: no loop device (util-linux mount would add one).
+func MountErofs(meta, blob, target string) error {
+	opts := ""
+	if blob != "" {
+		opts = "device=" + blob
 	}
-	var sfs unix.Statfs_t
-	if unix.Statfs(dir, &sfs) != nil {
-		return false
+	if err := unix.Mount(meta, target, "erofs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mounting erofs %s on %s: %w", meta, target, err)
 	}
-	return st.Dev != parent.Dev && sfs.Type == unix.TMPFS_MAGIC
+	return nil
 }
 
-// UsedBytes returns the bytes in use on the file system holding dir.
-// FSUsage is what statfs says of a file system.
-type FSUsage struct {
-	Used, Size, Free int64 // bytes
-	FreeInodes       uint64
+// MountOverlay mounts an overlay on target. lowers are listed top first.
+// With upper empty the overlay is read-only; otherwise upper and work
+// (on the same file system) take the writes. Always nosuid and nodev.
+func MountOverlay(target string, lowers []string, upper, work string) error {
+	for _, l := range lowers {
+		if strings.ContainsAny(l, ":,") {
+			return fmt.Errorf("overlay lower %q contains ':' or ','", l)
+		}
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":")
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if upper != "" {
+		opts += ",upperdir=" + upper + ",workdir=" + work
+	} else {
+		flags |= unix.MS_RDONLY
+		if len(lowers) == 1 {
+			// overlay needs two lowers without an upper; a single read-only
+			// layer is served by its own mount instead.
+			return fmt.Errorf("a read-only overlay needs at least two lowers")
+		}
+	}
+	if err := unix.Mount("overlay", target, "overlay", flags, opts); err != nil {
+		return fmt.Errorf("mounting overlay on %s: %w", target, err)
+	}
+	return nil
 }
 
-// Full reports whether the file system has no room for another file or
-// block worth having (tmpfs leaves a partial page free when writes fail).
-func (u FSUsage) Full() bool { return u.Free < 64<<10 || u.FreeInodes == 0 }
-
-// StatFS returns the usage of the file system holding dir.
-func StatFS(dir string) (FSUsage, error) {
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(dir, &sfs); err != nil {
-		return FSUsage{}, fmt.Errorf("statfs %s: %w", dir, err)
+// MountOverlayByFD is MountOverlay (with an upper), but the directories
+// reach the kernel as /proc/self/fd/N of descriptors open for the call.
+// The kernel keeps an overlay's options as they were given and shows
+// them in /proc/<pid>/mountinfo to every process that sees the mount:
+// given as paths, a sandbox's root showed the node's data directory to
+// the sandbox (the layer cache's and the state directory's paths).
+func MountOverlayByFD(target string, lowers []string, upper, work string) error {
+	var names []string
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, d := range append(append([]string{}, lowers...), upper, work) {
+		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("mounting overlay on %s: opening %s: %w", target, d, err)
+		}
+		fds = append(fds, fd)
+		names = append(names, "/proc/self/fd/"+strconv.Itoa(fd))
 	}
-	return FSUsage{
-		Used: int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize, Size: int64(sfs.Blocks) * sfs.Bsize,
-		Free: int64(sfs.Bavail) * sfs.Bsize, FreeInodes: sfs.Ffree,
-	}, nil
+	n := len(lowers)
+	return MountOverlay(target, names[:n], names[n], names[n+1])
 }
 
-func UsedBytes(dir string) (int64, error) {
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(dir, &sfs); err != nil {
-		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+// MountFUSE mounts a FUSE file system at dir and returns its /dev/fuse
+// connection, non-blocking (reads wait in Go's poller, so Close ends a
+// pending Read). The caller serves the protocol, starting with the
+// kernel's INIT request; closing the connection aborts the file system
+// (every request waiting on it fails), and DetachMount removes it.
+func MountFUSE(dir, subtype string) (*os.File, error) {
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening /dev/fuse: %w", err)
 	}
-	return int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize, nil
+	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fd)
+	if err := unix.Mount(subtype, dir, "fuse."+subtype, unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("mounting fuse at %s: %w", dir, err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/fuse"), nil
+}
+
+// EnsureTmpfs mounts a tmpfs named source on dir unless dir already is the
+// root of one (from an earlier run). Without the privilege to mount it
+// does nothing and reports false: the caller's state then lives on the
+// host file system.
+func EnsureTmpfs(source, dir, options string) (bool, error) {
+	if IsTmpfsRoot(dir) {
+		return true, nil
+	}
+	err := MountTmpfs(source, dir, options)
+	if errors.Is(err, errdefs.ErrNotSupported) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// UnmountTmpfsIfEmpty unmounts the tmpfs at dir if nothing is left in it.
+func UnmountTmpfsIfEmpty(dir string) error {
+	if !IsTmpfsRoot(dir) {
+		return nil
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
+		return err
+	}
+	return Unmount(dir)
+}
+
+// Mount is mount(2) itself, for the sandbox and VM guests' own trees,
+// where each mount's source, type, flags (syscall.MS_*) and options are
+// the caller's to choose.
+func Mount(source, target, fstype string, flags uintptr, data string) error {
+	return unix.Mount(source, target, fstype, flags, data)
+}
+
+// PivotRoot makes dir, a mount point, the root of the calling thread
+// (of every thread that shares its fs, as a fresh process's do) and its
+// working directory, and detaches the old root: pivot_root(".", ".")
+// stacks the old root on the new one; detaching it leaves only the new.
+func PivotRoot(dir string) error {
+	if err := unix.Chdir(dir); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// SwitchRoot makes root the process's / as switch_root(8) does: an
+// initramfs's rootfs cannot be pivot_root'ed away, so root is moved over
+// / and the process chroots into it. The initramfs's files stay in
+// memory, hidden.
+func SwitchRoot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving the root: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	return unix.Chdir("/")
 }

@@ -6,14 +6,27 @@ import (
 	"strings"
 )
 
-// MountEntry is one line of /proc/self/mountinfo.
-type MountEntry struct {
-	Target string // the mount point
-	FSType string // e.g. "erofs", "overlay"
-	Source string // e.g. the image file of a file-backed erofs mount
-	// Options are the superblock options (for overlay: lowerdir=…,
-	// upperdir=…, workdir=…).
-	Options string
+// MountsUnder returns the mount points at or below dir, from the
+// process's mount table, in table order.
+func MountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, sc.Err()
 }
 
 // MountInfoUnder returns the mounts at or below dir from the process's

@@ -6,16 +6,10 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"golang.org/x/sys/unix"
 )
-
-// NetlinkRoute is the rtnetlink protocol number (NETLINK_ROUTE), for
-// netlink handles opened outside this package.
-const NetlinkRoute = unix.NETLINK_ROUTE
 
 // OpenNetns opens the network namespace file at path (e.g. a bind mount
 // under /run/netns, or /proc/<pid>/ns/net) and checks that it is one.
@@ -187,37 +181,11 @@ func EnsureNetnsDir(dir string) error {
 	return nil
 }
 
-// ForceSocketBuffers sets a socket's send and receive buffers to n bytes
-// even above net.core.{w,r}mem_max (SO_SNDBUFFORCE, SO_RCVBUFFORCE; needs
-// CAP_NET_ADMIN): a netlink batch must fit the send buffer in one piece.
-func ForceSocketBuffers(rc syscall.RawConn, n int) error {
-	var serr error
-	err := rc.Control(func(fd uintptr) {
-		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n); serr == nil {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
-		}
-	})
-	if err == nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("setting socket buffers to %d bytes: %w", n, err)
-	}
-	return nil
-}
-
-// ErrLocked is returned by TryLock when another open file holds the lock.
-var ErrLocked = errors.New("locked by another process or handle")
-
-// TryLock takes an exclusive advisory lock (flock) on f without waiting.
-// It is released when f is closed.
-func TryLock(f *os.File) error {
-	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return fmt.Errorf("locking %s: %w", f.Name(), ErrLocked)
-	}
-	if err != nil {
-		return fmt.Errorf("locking %s: %w", f.Name(), err)
+// SetThreadNetns joins the calling OS thread (locked to its goroutine)
+// to the network namespace ns.
+func SetThreadNetns(ns *os.File) error {
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("setns(%s): %w", ns.Name(), err)
 	}
 	return nil
 }

@@ -11,5 +11,3 @@ import (
 func InstallSeccompFilter([]byte) error {
 	return fmt.Errorf("installing a seccomp filter: %w", errdefs.ErrNotSupported)
 }
-
-func SeccompMode() (int, error) { return 0, errdefs.ErrNotSupported }

@@ -57,13 +57,3 @@ func InstallSeccompFilter(prog []byte) error {
 	}
 	return nil
 }
-
-// SeccompMode returns the Seccomp field of /proc/self/status for the
-// calling thread: 0 none, 1 strict, 2 filter.
-func SeccompMode() (int, error) {
-	r, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
-	if err != nil {
-		return 0, fmt.Errorf("reading the seccomp mode: %w", err)
-	}
-	return r, nil
-}

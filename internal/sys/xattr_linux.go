@@ -9,12 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Xattr is one extended attribute of a file.
-type Xattr struct {
-	Name  string
-	Value []byte
-}
-
 // ListXattrs returns the extended attributes of path, without following
 // a final symlink, sorted by name. A file system without xattr support
 // yields none.
@@ -97,19 +91,3 @@ func getxattr(path, name string) ([]byte, error) {
 		return buf[:n], nil
 	}
 }
-
-// Mknod creates a special file (device node, FIFO or socket) at path;
-// mode carries the type bits (S_IFCHR…) and the permissions.
-func Mknod(path string, mode uint32, major, minor uint32) error {
-	if err := unix.Mknod(path, mode, int(unix.Mkdev(major, minor))); err != nil {
-		return fmt.Errorf("mknod %s: %w", path, err)
-	}
-	return nil
-}
-
-// Mode bits for Mknod.
-const (
-	ModeChar  = unix.S_IFCHR
-	ModeBlock = unix.S_IFBLK
-	ModeFifo  = unix.S_IFIFO
-)

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/vmconfig"
 )
 
@@ -55,7 +56,7 @@ func (g *guest) handOver(cfg *vmconfig.Config, agentPort, init string) error {
 	g.say(fmt.Sprintf("%s init=%s", g.readyLine(), init))
 	// systemd finds a console and its own mounts (proc, sys, dev are
 	// there already); its environment is the kernel's.
-	err = syscall.Exec(init, []string{"/sbin/init"}, []string{"container=", "TERM=linux"})
+	err = sys.Exec(init, []string{"/sbin/init"}, []string{"container=", "TERM=linux"})
 	return fmt.Errorf("executing %s: %w", init, err)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/sandbox"
+	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/vmconfig"
 )
 
@@ -99,7 +100,7 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return err
 		}
-		if err := syscall.Mount(meta, target, "erofs", syscall.MS_RDONLY, "device="+blob); err != nil {
+		if err := sys.Mount(meta, target, "erofs", syscall.MS_RDONLY, "device="+blob); err != nil {
 			return fmt.Errorf("mounting layer %d (%s, %s): %w", i, meta, blob, err)
 		}
 		lowers = append([]string{target}, lowers...)
@@ -111,7 +112,7 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		return err
 	}
 	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upperDir + "/upper,workdir=" + upperDir + "/work"
-	if err := syscall.Mount("overlay", newRoot, "overlay", 0, opts); err != nil {
+	if err := sys.Mount("overlay", newRoot, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting the root overlay: %w", err)
 	}
 	if err := writeEtc(newRoot, cfg); err != nil {
@@ -120,11 +121,11 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 	if err := mountAPI(newRoot); err != nil {
 		return err
 	}
-	if err := switchRoot(newRoot); err != nil {
+	if err := sys.SwitchRoot(newRoot); err != nil {
 		return err
 	}
 	if cfg.Hostname != "" {
-		if err := syscall.Sethostname([]byte(cfg.Hostname)); err != nil {
+		if err := sys.Sethostname(cfg.Hostname); err != nil {
 			return fmt.Errorf("setting the host name: %w", err)
 		}
 	}
@@ -166,7 +167,7 @@ func (g *guest) mountUpper(cfg *vmconfig.Config, disks map[string]string) error 
 		return err
 	}
 	if cfg.UpperDisk == "" {
-		if err := syscall.Mount("tmpfs", upperDir, "tmpfs", 0, fmt.Sprintf("size=%dm,mode=0755", cfg.UpperMiB)); err != nil {
+		if err := sys.Mount("tmpfs", upperDir, "tmpfs", 0, fmt.Sprintf("size=%dm,mode=0755", cfg.UpperMiB)); err != nil {
 			return fmt.Errorf("mounting the upper tmpfs: %w", err)
 		}
 	} else {
@@ -183,7 +184,7 @@ func (g *guest) mountUpper(cfg *vmconfig.Config, disks map[string]string) error 
 		}
 		g.upperModules = time.Since(start)
 		start = time.Now()
-		if err := syscall.Mount(dev, upperDir, "ext4", syscall.MS_NOATIME, "discard,noinit_itable"); err != nil {
+		if err := sys.Mount(dev, upperDir, "ext4", syscall.MS_NOATIME, "discard,noinit_itable"); err != nil {
 			return fmt.Errorf("mounting the upper disk %s: %w", dev, err)
 		}
 		g.upperMount = time.Since(start)
@@ -238,28 +239,11 @@ func mountAPI(root string) error {
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return err
 		}
-		if err := syscall.Mount(m.fstype, target, m.fstype, m.flags, m.opts); err != nil {
+		if err := sys.Mount(m.fstype, target, m.fstype, m.flags, m.opts); err != nil {
 			return fmt.Errorf("mounting %s: %w", m.target, err)
 		}
 	}
 	return nil
-}
-
-// switchRoot makes root the process's / as switch_root does: the
-// initramfs's rootfs cannot be pivot_root'ed away, so root is moved over
-// / and the process chroots into it. The initramfs's files stay in
-// memory, hidden.
-func switchRoot(root string) error {
-	if err := syscall.Chdir(root); err != nil {
-		return err
-	}
-	if err := syscall.Mount(".", "/", "", syscall.MS_MOVE, ""); err != nil {
-		return fmt.Errorf("moving the root: %w", err)
-	}
-	if err := syscall.Chroot("."); err != nil {
-		return fmt.Errorf("chroot: %w", err)
-	}
-	return syscall.Chdir("/")
 }
 
 // Where commands run, in the guest's cgroup2 tree.
@@ -284,7 +268,7 @@ func commandCgroup() (string, error) {
 	if err := os.MkdirAll(cgroupRoot, 0o755); err != nil {
 		return "", err
 	}
-	if err := syscall.Mount("cgroup2", cgroupRoot, "cgroup2", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+	if err := sys.Mount("cgroup2", cgroupRoot, "cgroup2", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
 		return "", fmt.Errorf("mounting cgroup2: %w", err)
 	}
 	if err := os.WriteFile(cgroupRoot+"/cgroup.subtree_control", []byte("+pids +memory"), 0); err != nil {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/vmconfig"
 )
 
@@ -50,7 +51,7 @@ func (g *guest) run() error {
 		if err := os.MkdirAll(m.target, 0o755); err != nil {
 			return err
 		}
-		if err := syscall.Mount(m.fstype, m.target, m.fstype, syscall.MS_NOSUID|syscall.MS_NOEXEC, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
+		if err := sys.Mount(m.fstype, m.target, m.fstype, syscall.MS_NOSUID|syscall.MS_NOEXEC, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
 			return fmt.Errorf("mounting %s: %w", m.target, err)
 		}
 	}
@@ -164,7 +165,7 @@ func loadListed(want func(name string) bool) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		err = finitModule(int(f.Fd()))
+		err = sys.LoadModule(int(f.Fd()))
 		f.Close()
 		if err != nil && !errors.Is(err, syscall.EEXIST) {
 			return n, fmt.Errorf("loading %s: %w", filepath.Base(p), err)
@@ -233,6 +234,5 @@ func uptime() time.Duration {
 // poweroff syncs and powers the machine off; it returns only if the
 // kernel refuses.
 func poweroff() {
-	syscall.Sync()
-	syscall.Reboot(syscall.LINUX_REBOOT_CMD_POWER_OFF)
+	_ = sys.PowerOff()
 }

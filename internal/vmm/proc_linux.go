@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // procStat returns the state letter and start time (clock ticks after
@@ -59,19 +61,9 @@ func peerPid(conn net.Conn) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("peer credentials: not a unix socket")
 	}
-	rc, err := uc.SyscallConn()
+	cred, err := sys.PeerCred(uc)
 	if err != nil {
 		return 0, err
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if cerr != nil {
-		return 0, fmt.Errorf("peer credentials: %w", cerr)
 	}
 	return int(cred.Pid), nil
 }

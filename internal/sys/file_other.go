@@ -1,0 +1,28 @@
+//go:build !linux
+
+package sys
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+func CloneFile(dst, src string, perm os.FileMode) (bool, error) {
+	return false, fmt.Errorf("cloning %s: %w", src, errdefs.ErrNotSupported)
+}
+
+func RenameNoReplace(string, string) error { return errdefs.ErrNotSupported }
+
+func Mknod(string, uint32, uint32, uint32) error { return errdefs.ErrNotSupported }
+
+func CloexecFrom(int) error { return errdefs.ErrNotSupported }
+
+func TryLock(*os.File) error { return errdefs.ErrNotSupported }
+
+// LockFile does nothing off Linux, where nothing it guards is built.
+func LockFile(ctx context.Context, path string) (unlock func(), err error) {
+	return func() {}, nil
+}

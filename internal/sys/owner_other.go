@@ -1,8 +1,0 @@
-//go:build !linux
-
-package sys
-
-import "github.com/dsec-dev/dsec/internal/errdefs"
-
-func WithThreadEUID(int, func() error) (bool, error) { return false, errdefs.ErrNotSupported }
-func UserNSOwner(int) (int, error)                   { return 0, errdefs.ErrNotSupported }
