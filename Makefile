@@ -7,8 +7,8 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN     := bin/dsec
-TOOLS   := internal/builtin/assets/dsectools.wasm
-GUEST   := internal/builtin/assets/dsec-guest
+TOOLS   := internal/image/builtin/assets/dsectools.wasm
+GUEST   := internal/image/builtin/assets/dsec-guest
 DATA    ?= /var/lib/dsec
 
 .PHONY: all build up test unit race lint python bench bench-smoke bench-container bench-vm bench-burst deps-runtime deps-test deps-bench clean FORCE
@@ -96,9 +96,9 @@ bench: deps-bench build bench-container bench-vm bench-burst
 	$(GO) test -run '^$$' -bench 'CallTiny|CallGoTool' -benchtime $(BT_TIME) -cpu 1,2 ./internal/function/
 	$(GO) test -run '^$$' -bench 'CreateExecDelete' -benchtime $(BT_TIME) -cpu 2,8 ./internal/function/
 	$(GO) test -run '^$$' -bench 'IdleSandboxMemory' -benchtime $(call bt,3x) ./internal/function/
-	$(GO) test -run '^$$' -bench 'BuildDir200MB|BuildTar' -benchtime $(call bt,2x) ./internal/layer/
-	$(GO) test -run '^$$' -bench 'MountLayer|RootAssembly' -benchtime $(call bt,2000x) ./internal/layercache/
-	$(GO) test -run '^$$' -bench 'PageCacheShared' -benchtime 1x ./internal/layercache/
+	$(GO) test -run '^$$' -bench 'BuildDir200MB|BuildTar' -benchtime $(call bt,2x) ./internal/image/layer/
+	$(GO) test -run '^$$' -bench 'MountLayer|RootAssembly' -benchtime $(call bt,2000x) ./internal/image/layercache/
+	$(GO) test -run '^$$' -bench 'PageCacheShared' -benchtime 1x ./internal/image/layercache/
 	scripts/bench.sh $(BIN) $(API_BENCH)
 
 bench-smoke:
@@ -121,10 +121,10 @@ bench-container: deps-bench build
 # The VM tiers under this machine's accelerator (TCG here): boot to ready,
 # QEMU's memory, 4 creates at once, the vm tier, a network's cost.
 bench-vm: deps-bench build
-	$(GO) test -run '^$$' -bench '^BenchmarkCreate$$' -benchtime $(call bt,8x) -timeout 20m ./internal/microvm/
-	$(GO) test -run '^$$' -bench 'CreateParallel4' -benchtime $(call bt,3x) -timeout 20m ./internal/microvm/
-	$(GO) test -run '^$$' -bench 'CreateVM' -benchtime $(call bt,6x) -timeout 20m ./internal/microvm/
-	set -o pipefail; DSEC_TEST_MICROVM_NETBENCH=$(VM_BOOTS) $(GO) test -run 'TestNetworkBootTime' -count=1 -v -timeout 20m ./internal/microvm/ | grep -E 'boot|network|PASS|FAIL'
+	$(GO) test -run '^$$' -bench '^BenchmarkCreate$$' -benchtime $(call bt,8x) -timeout 20m ./internal/vm/vmtier/
+	$(GO) test -run '^$$' -bench 'CreateParallel4' -benchtime $(call bt,3x) -timeout 20m ./internal/vm/vmtier/
+	$(GO) test -run '^$$' -bench 'CreateVM' -benchtime $(call bt,6x) -timeout 20m ./internal/vm/vmtier/
+	set -o pipefail; DSEC_TEST_MICROVM_NETBENCH=$(VM_BOOTS) $(GO) test -run 'TestNetworkBootTime' -count=1 -v -timeout 20m ./internal/vm/vmtier/ | grep -E 'boot|network|PASS|FAIL'
 
 # Container creates fired at once (2,000): through the Go client
 # (`dsec bench`), then the asyncio SDK, each against a fresh `dsec up`.

@@ -505,7 +505,7 @@ type Usage struct {
 	MemoryMB  int     `json:"memory_used_mb"`
 }
 
-// Node describes a node agent.
+// Node describes a node service.
 type Node struct {
 	ID       string     `json:"id"`
 	Version  string     `json:"version"`

@@ -11,21 +11,10 @@ import (
 
 const root = ".." // the repository, from this package's directory
 
-// regrouped skips t until the package regrouping of the internal tree
-// has landed: the docs already name packages by their new paths.
-// Remove it once internal/guest/setup exists.
-func regrouped(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat(filepath.Join(root, "internal/guest/setup")); err != nil {
-		t.Skip("the docs name the regrouped packages (internal/guest/setup, internal/vm/…, internal/image/…), which have not landed")
-	}
-}
-
 // TestMarkdownLinks requires every link of every Markdown file of the
 // repository to lead to a file of the repository (and to a heading of
 // it, if it names one), and none to lead outside.
 func TestMarkdownLinks(t *testing.T) {
-	regrouped(t)
 	problems, err := checkLinks(root)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +28,6 @@ func TestMarkdownLinks(t *testing.T) {
 // docs/README.md to list every package of the module, and nothing that
 // does not exist.
 func TestLayoutTables(t *testing.T) {
-	regrouped(t)
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skipf("no go command to list the packages: %v", err)
 	}

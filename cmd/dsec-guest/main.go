@@ -10,8 +10,8 @@ import (
 	"context"
 	"os"
 
-	"github.com/dsec-dev/dsec/internal/guest"
-	"github.com/dsec-dev/dsec/internal/vminit"
+	"github.com/dsec-dev/dsec/internal/guest/setup"
+	"github.com/dsec-dev/dsec/internal/guest/vminit"
 )
 
 // Set by the build (-ldflags "-X main.version=…").
@@ -31,7 +31,7 @@ func main() {
 		os.Exit(sandboxMain(os.Stderr))
 	}
 	if len(os.Args) == 2 && os.Args[1] == "zygote" { // hidden: the container runtime only
-		os.Exit(guest.Zygote(os.NewFile(3, "zygote-conn")))
+		os.Exit(setup.Zygote(os.NewFile(3, "zygote-conn")))
 	}
-	os.Exit(guest.Main(context.Background(), version, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(setup.Main(context.Background(), version, os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/guest/agent"
+	"github.com/dsec-dev/dsec/internal/guest/setup"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -30,9 +30,9 @@ type forkRes struct {
 // sandboxMain is `dsec-guest sandbox`, run only by the node's container
 // runtime as the first process of a new sandbox, with its config on fd 3,
 // a sync pipe on fd 4 and the node's first connection on fd 5: it sets
-// the sandbox up (guest.SetupSandbox), reports "ready" or its error on the
+// the sandbox up (setup.SetupSandbox), reports "ready" or its error on the
 // pipe and becomes the sandbox's agent, PID 1, serving that connection
-// and, for a node agent that restarts, the socket the setup made, until
+// and, for a node service that restarts, the socket the setup made, until
 // the node kills the sandbox. Its stdout and stderr
 // are the sandbox's console log on the host: only setup failures and
 // agent warnings go there.
@@ -40,7 +40,7 @@ type forkRes struct {
 // The setup empties the capability bounding set of its goroutine's OS
 // thread only, so that goroutine stays locked to it and runs every fork
 // of a command while the agent serves on other goroutines. That thread
-// is not the main one (see guest.ForkThread).
+// is not the main one (see setup.ForkThread).
 func sandboxMain(stderr io.Writer) int {
 	// The main thread is held while the fork thread starts, so that the
 	// latter is another; it is then free for the runtime's other work.
@@ -52,7 +52,7 @@ func sandboxMain(stderr io.Writer) int {
 	status, locked := make(chan int, 1), make(chan struct{})
 	go func() {
 		runtime.LockOSThread() // for good: its bounding set goes
-		_ = os.WriteFile("/proc/thread-self/comm", []byte(guest.ForkThread), 0)
+		_ = os.WriteFile("/proc/thread-self/comm", []byte(setup.ForkThread), 0)
 		close(locked)
 		status <- sandboxAgent(stderr)
 	}()
@@ -62,7 +62,7 @@ func sandboxMain(stderr io.Writer) int {
 }
 
 // dropPagesAfter is how long after setup the agent unmaps its
-// executable's read-only pages (guest.DropFilePages).
+// executable's read-only pages (setup.DropFilePages).
 const dropPagesAfter = 2 * time.Second
 
 // sandboxAgent is sandboxMain on the fork thread.
@@ -76,20 +76,20 @@ func sandboxAgent(stderr io.Writer) int {
 		fmt.Fprintf(syncPipe, "the node's connection: %v", err)
 		return 1
 	}
-	ln, cfg, err := guest.SetupSandbox(os.NewFile(3, "sandbox-config"))
+	ln, cfg, err := setup.SetupSandbox(os.NewFile(3, "sandbox-config"))
 	if err != nil {
 		fmt.Fprintf(stderr, "dsec-guest sandbox: %v\n", err)
 		fmt.Fprintf(syncPipe, "%v", err)
 		return 1
 	}
-	if _, err := syncPipe.WriteString(guest.Ready); err != nil {
+	if _, err := syncPipe.WriteString(setup.Ready); err != nil {
 		fmt.Fprintf(stderr, "dsec-guest sandbox: reporting ready: %v\n", err)
 		return 1
 	}
 	syncPipe.Close()
 	// Once the node's first calls are done, the setup's code need not
 	// stay mapped: an idle agent keeps only what it uses.
-	time.AfterFunc(dropPagesAfter, func() { _ = guest.DropFilePages() })
+	time.AfterFunc(dropPagesAfter, func() { _ = setup.DropFilePages() })
 	forks := make(chan forkReq)
 	exited := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

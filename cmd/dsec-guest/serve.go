@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/guest/agent"
 )
 
 // serve is the hidden `dsec-guest serve --socket PATH` subcommand: the

@@ -5,11 +5,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/dsec-dev/dsec/internal/vminit"
+	"github.com/dsec-dev/dsec/internal/guest/vminit"
 )
 
 // isVMInit reports whether this process is the init of a microVM guest:
-// PID 1 started as /init (the initramfs internal/vmkernel builds).
+// PID 1 started as /init (the initramfs internal/vm/vmkernel builds).
 // Container sandboxes run the agent as /opt/dsec/bin/dsec-guest.
 func isVMInit() bool {
 	return os.Getpid() == 1 && len(os.Args) > 0 && filepath.Base(os.Args[0]) == "init"

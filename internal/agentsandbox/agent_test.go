@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/guest/agentproto"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 

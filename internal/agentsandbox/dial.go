@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/guest/agentproto"
 )
 
 // Dial connects to the agent behind the Unix socket sock (a container's

@@ -1,7 +1,7 @@
 // Package agentsandbox is the node's side of the tiers whose sandboxes
-// run the in-sandbox agent (dsec-guest: internal/agent) and are driven
-// over its protocol (internal/agentproto): the container tier
-// (internal/container) and the VM tiers (internal/microvm, which runs
+// run the in-sandbox agent (dsec-guest: internal/guest/agent) and are driven
+// over its protocol (internal/guest/agentproto): the container tier
+// (internal/container) and the VM tiers (internal/vm/vmtier, which runs
 // both microvm and vm). How a sandbox is made and watched differs between
 // them (namespaces and cgroups on the host, or a QEMU guest); what the
 // node does through the agent does not, and is here once:

@@ -5,7 +5,7 @@ import (
 	"io"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/guest/agentproto"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 

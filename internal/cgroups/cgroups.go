@@ -443,7 +443,7 @@ func (m *Manager) Create(ctx context.Context, id string, l Limits) (*Group, erro
 	return g, nil
 }
 
-// Open returns the existing group id (after a node agent restart). It
+// Open returns the existing group id (after a node service restart). It
 // fails with an error wrapping fs.ErrNotExist unless the group exists in
 // every hierarchy.
 func (m *Manager) Open(id string) (*Group, error) {

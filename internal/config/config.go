@@ -93,7 +93,7 @@ type NATS struct {
 	Token string `toml:"token"`
 }
 
-// Node configures the node agent.
+// Node configures the node service.
 type Node struct {
 	ID           string `toml:"id"`
 	MaxSandboxes int    `toml:"max_sandboxes"`
@@ -148,7 +148,7 @@ type Container struct {
 }
 
 // MicroVM configures the microvm tier of a node: a QEMU microvm per
-// sandbox (internal/microvm). The tier is registered whenever it is not
+// sandbox (internal/vm/vmtier). The tier is registered whenever it is not
 // disabled; without QEMU the node reports it unavailable.
 type MicroVM struct {
 	// Disabled turns the tier off.
@@ -167,7 +167,7 @@ type MicroVM struct {
 	// Unjailed runs QEMU as the node's user in the node's cgroup. By
 	// default each QEMU runs as a uid of its own, with no supplementary
 	// groups (but /dev/kvm's group on KVM), in a cgroup of its own
-	// (microvm.Jail).
+	// (vmtier.Jail).
 	Unjailed bool `toml:"unjailed"`
 	// UIDBase is the first of the 65536 uids (and gids) given to QEMUs,
 	// one per VM (default: right after the container tier's range,
@@ -191,7 +191,7 @@ type MicroVM struct {
 
 // VM configures the vm tier of a node: a QEMU q35 machine per sandbox
 // (SeaBIOS, ACPI, PCI virtio devices), run by the microvm tier's code
-// (internal/microvm with vmm.Q35). It shares [microvm]'s guest kernel,
+// (internal/vm/vmtier with vmm.Q35). It shares [microvm]'s guest kernel,
 // QEMU, accelerator and jail settings, and is registered when neither
 // tier is disabled.
 type VM struct {

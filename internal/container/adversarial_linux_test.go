@@ -20,7 +20,7 @@ import (
 )
 
 // hostPrefixes are the node's own addresses (loopback aside: a
-// sandbox's 127.0.0.1 is its own), as the node agent's node-connect rule
+// sandbox's 127.0.0.1 is its own), as the node service's node-connect rule
 // has them.
 func hostPrefixes(t *testing.T) []netip.Prefix {
 	t.Helper()

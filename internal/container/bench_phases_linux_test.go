@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
-	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 	"github.com/dsec-dev/dsec/internal/network"
 )
 

@@ -15,13 +15,13 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/guest"
-	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/guest/agentproto"
+	"github.com/dsec-dev/dsec/internal/guest/setup"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -45,7 +45,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	// The agent's socket path must fit in a unix socket address (108
 	// bytes with its NUL); a longer one failed deep in the sandbox's
 	// setup, with "bind: invalid argument".
-	if sock := filepath.Join(r.sandboxDir(spec.ID), "sock", guest.SockName); len(sock) >= maxSockPath {
+	if sock := filepath.Join(r.sandboxDir(spec.ID), "sock", setup.SockName); len(sock) >= maxSockPath {
 		return nil, errdefs.New(errdefs.Invalid, api.CodeSandboxIDTooLong,
 			"sandbox ID %q is too long for this node's state directory: its agent's socket path would be %d bytes long, at most %d fit", spec.ID, len(sock), maxSockPath-1)
 	}
@@ -276,7 +276,7 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	if err != nil {
 		return nil, err
 	}
-	cfg := guest.SandboxConfig{
+	cfg := setup.SandboxConfig{
 		KeepCaps: capNumbers(caps),
 		Rootfs:   rootfs, RootFD: 6, SockDir: sockDir, Hostname: agentsandbox.Hostname(spec.ID),
 		Hosts:      agentsandbox.HostsFile(spec.ID, ep),
@@ -409,7 +409,7 @@ var errZygoteLost = errors.New("the zygote's answer was lost")
 // whose answer was lost is replaced and asked once more, with new
 // descriptors (a process it forked for the first request finds its
 // config pipe closed and exits).
-func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig, root *os.File, owner int) (int, func(), *agentproto.Client, error) {
+func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg setup.SandboxConfig, root *os.File, owner int) (int, func(), *agentproto.Client, error) {
 	for attempt := 1; ; attempt++ {
 		pid, wait, client, err := r.startOnce(ctx, exe, dir, netns, cg, cfg, root, owner)
 		if !errors.Is(err, errZygoteLost) || attempt == 2 || ctx.Err() != nil {
@@ -421,7 +421,7 @@ func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups
 // killWait is how long a failed start waits for the process it killed.
 const killWait = 10 * time.Second
 
-func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg guest.SandboxConfig, root *os.File, owner int) (int, func(), *agentproto.Client, error) {
+func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg setup.SandboxConfig, root *os.File, owner int) (int, func(), *agentproto.Client, error) {
 	var files startFiles
 	defer files.close()
 	if err := files.open(dir); err != nil {
@@ -497,7 +497,7 @@ func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgr
 	return pid, wait, client, nil
 }
 
-// fork starts a sandbox's first process (guest.SandboxCommand) with
+// fork starts a sandbox's first process (setup.SandboxCommand) with
 // extra as its fds 3–7, joined to network namespace ns (one the node
 // owns: sandbox root has no CAP_NET_ADMIN over it) or, with newNet, in
 // a new one of its own, its user namespace owned by owner, from the
@@ -507,7 +507,7 @@ func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgr
 // process to exit. An error wrapping errZygoteLost says the zygote,
 // dropped now, may have forked a process that holds extra.
 func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *os.File, extra []*os.File, owner int) (int, *sys.Pidfd, func(), error) {
-	req := guest.ZygoteRequest{UID: r.opt.HostUID, GID: r.opt.HostGID, Count: r.opt.IDCount, NewNet: newNet,
+	req := setup.ZygoteRequest{UID: r.opt.HostUID, GID: r.opt.HostGID, Count: r.opt.IDCount, NewNet: newNet,
 		Owner: owner, Nofile: r.opt.Nofile, Node: r.node}
 	files := append([]*os.File{ns, console}, extra...)
 	if z := r.zygoteFor(extra[4]); z != nil {
@@ -546,14 +546,14 @@ func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *o
 		r.zmu.Unlock()
 		r.dropZygote(z)
 	}
-	cmd := guest.SandboxCommand(req, console, extra)
-	if err := r.forker.fork(ns, owner, func() error { return guest.StartSandbox(cmd, req) }); err != nil {
+	cmd := setup.SandboxCommand(req, console, extra)
+	if err := r.forker.fork(ns, owner, func() error { return setup.StartSandbox(cmd, req) }); err != nil {
 		if cmd.Process != nil {
 			// Started, and its thread could not go back: it goes.
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}
-		guest.CommandPidfd(cmd).Close()
+		setup.CommandPidfd(cmd).Close()
 		return 0, nil, nil, err
 	}
 	done := make(chan struct{})
@@ -561,7 +561,7 @@ func (r *Runtime) fork(ctx context.Context, ns *os.File, newNet bool, console *o
 		_ = cmd.Wait()
 		close(done)
 	}()
-	return cmd.Process.Pid, guest.CommandPidfd(cmd), func() { <-done }, nil
+	return cmd.Process.Pid, setup.CommandPidfd(cmd), func() { <-done }, nil
 }
 
 // startFiles are the descriptors start hands the sandbox: its config
@@ -615,7 +615,7 @@ func (f *startFiles) close() {
 func setupError(syncR *os.File, helloErr error) error {
 	_ = syncR.SetReadDeadline(time.Now().Add(time.Second))
 	b, _ := io.ReadAll(io.LimitReader(syncR, 4096))
-	if len(b) > 0 && string(b) != guest.Ready {
+	if len(b) > 0 && string(b) != setup.Ready {
 		return fmt.Errorf("setup failed: %s", b)
 	}
 	return fmt.Errorf("the agent did not answer: %w", helloErr)

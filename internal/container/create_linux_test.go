@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/guest/setup"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/testenv"
@@ -206,12 +206,12 @@ func TestZygoteAnswers(t *testing.T) {
 	if z == nil {
 		t.Fatal("no zygote")
 	}
-	if _, _, _, err := z.start(context.Background(), guest.ZygoteRequest{}, nil); !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "descriptors") {
+	if _, _, _, err := z.start(context.Background(), setup.ZygoteRequest{}, nil); !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "descriptors") {
 		t.Errorf("a request without descriptors: %v, want a refusal", err)
 	}
 	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	if _, _, _, err := z.start(past, guest.ZygoteRequest{}, nil); err == nil || errors.Is(err, errRefused) {
+	if _, _, _, err := z.start(past, setup.ZygoteRequest{}, nil); err == nil || errors.Is(err, errRefused) {
 		t.Errorf("a request past its deadline: %v, want a transport error", err)
 	}
 	if !z.alive() {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
-	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/network"
 )

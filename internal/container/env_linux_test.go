@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/blobstore"
-	"github.com/dsec-dev/dsec/internal/builtin"
 	"github.com/dsec-dev/dsec/internal/cgroups"
-	"github.com/dsec-dev/dsec/internal/layer"
-	"github.com/dsec-dev/dsec/internal/layercache"
-	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/image/blobstore"
+	"github.com/dsec-dev/dsec/internal/image/builtin"
+	"github.com/dsec-dev/dsec/internal/image/layer"
+	"github.com/dsec-dev/dsec/internal/image/layercache"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/seccomp"
@@ -175,7 +175,7 @@ func names(dir string) (testenv.Sandboxes, netip.Prefix) {
 
 // testRuntime is a runtime with its own layer cache and network and
 // cgroup managers, as a node has: closing it and making a new one over
-// the same directory is a node agent restart.
+// the same directory is a node service restart.
 type testRuntime struct {
 	*Runtime
 	layers  *layercache.Cache

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/guest/agentproto"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 

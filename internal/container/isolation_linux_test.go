@@ -28,8 +28,8 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/layer"
-	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/image/layer"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -334,7 +334,7 @@ func TestIsolation(t *testing.T) {
 	world.get(t)
 	dir := t.TempDir()
 	t.Cleanup(func() { checkHost(t, dir) }) // after the runtime's own cleanup
-	// The node's prefixes, as the node agent gives the node-connect rule:
+	// The node's prefixes, as the node service gives the node-connect rule:
 	// the runtime's sandbox network and the node's own addresses.
 	_, netRange := names(dir)
 	rec, log := startAudit(t, append(hostPrefixes(t), netRange, netip.PrefixFrom(network.DefaultGateway, 32))...)

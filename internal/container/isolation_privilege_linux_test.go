@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/agentproto"
-	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/guest/agentproto"
+	"github.com/dsec-dev/dsec/internal/guest/setup"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
@@ -197,7 +197,7 @@ func testPrivilege(t *testing.T, e *isoEnv, main *Sandbox) {
 		}
 
 		// The agent's socket: no path in the sandbox leads to it.
-		sock := filepath.Join(e.rt.sandboxDir(sb.ID()), "sock", guest.SockName)
+		sock := filepath.Join(e.rt.sandboxDir(sb.ID()), "sock", setup.SockName)
 		found := run(t, sb, sh(`find / -xdev -type s 2>/dev/null; awk 'NR>1 && $8 != "" {print $8}' /proc/net/unix`)...).Stdout
 		for _, p := range strings.Fields(found) {
 			if got := probeIn(t, sb, "unixconn", p); got["conn"] == "open" {

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/guest/agentproto"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
-	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/guest/setup"
 	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
@@ -39,7 +39,7 @@ const agentMemoryBytes = 32 << 20
 // OnEnd implements sandbox.EndNotifier.
 func (r *Runtime) OnEnd(fn func(sandbox.Ended)) { r.ends.OnEnd(fn) }
 
-// placeCommands moves the agent's fork thread (guest.ForkThread) into the
+// placeCommands moves the agent's fork thread (setup.ForkThread) into the
 // sandbox's commands memory group, so that every command it starts is
 // charged and OOM-killed there and never the agent (cgroups.CommandsGroup).
 // It runs once the agent has answered, before any command. A layout
@@ -63,7 +63,7 @@ func (r *Runtime) placeCommands(pid int, cg *cgroups.Group) error {
 
 var errNoForkThread = errors.New("the agent names no fork thread")
 
-// forkThread finds the thread of process pid named guest.ForkThread.
+// forkThread finds the thread of process pid named setup.ForkThread.
 func forkThread(pid int) (int, error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	ents, err := os.ReadDir(dir)
@@ -72,7 +72,7 @@ func forkThread(pid int) (int, error) {
 	}
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "comm"))
-		if err != nil || strings.TrimSpace(string(b)) != guest.ForkThread {
+		if err != nil || strings.TrimSpace(string(b)) != setup.ForkThread {
 			continue
 		}
 		tid, err := strconv.Atoi(e.Name())

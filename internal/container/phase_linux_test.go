@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/agentproto"
+	"github.com/dsec-dev/dsec/internal/guest/agentproto"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/builtin"
-	"github.com/dsec-dev/dsec/internal/layer"
-	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/image/builtin"
+	"github.com/dsec-dev/dsec/internal/image/layer"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agentsandbox"
-	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/guest/setup"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -29,7 +29,7 @@ var adoptTimeout = 10 * time.Second
 const adoptParallel = 32
 
 // Recover implements sandbox.Runtime: it re-adopts the sandboxes a
-// previous node agent left running — their processes, mounts, cgroups and
+// previous node service left running — their processes, mounts, cgroups and
 // network survive it — reconnecting to their agents, and removes what is
 // left of sandboxes that died or were half made.
 func (r *Runtime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
@@ -160,7 +160,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 	// The agent answers before the root is taken over: releasing a root
 	// unmounts it, which must not happen to a sandbox that runs on (one
 	// whose adoption the caller cancelled).
-	client, err := agentsandbox.Dial(ctx, filepath.Join(dir, "sock", guest.SockName), r.log, nil)
+	client, err := agentsandbox.Dial(ctx, filepath.Join(dir, "sock", setup.SockName), r.log, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 // TestRecoverRemovesBrokenSandboxes leaves sandboxes in the states a
-// crash of the node agent can leave them in (or that a sandbox can get
+// crash of the node service can leave them in (or that a sandbox can get
 // into while no agent watches), restarts the runtime and checks that
 // Recover re-adopts the intact one and removes every trace of the others:
 // processes, cgroups, network namespaces and records, veths, nftables
@@ -96,7 +96,7 @@ func TestRecoverRemovesBrokenSandboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The node agent collects the layer cache after Recover (roots of
+	// The node service collects the layer cache after Recover (roots of
 	// sandboxes without a state are the cache's to unmount).
 	if err := rt.layers.GC(ctx); err != nil {
 		t.Fatal(err)

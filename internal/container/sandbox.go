@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/agentproto"
 	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/guest/agentproto"
 	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/sys"

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/guest/setup"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -18,7 +18,7 @@ import (
 // the host's root cgroups. A stray is recognised by what it is instead:
 // PID 1 of a pid namespace of its own, running as one of this node's ids
 // (the sandboxes' range, HostUID to HostUID+IDCount-1), with this node's
-// mark in its environment (guest.NodeEnv: another node on the host with
+// mark in its environment (setup.NodeEnv: another node on the host with
 // the same range has another mark). A first process of a node from
 // before the mark is recognised by its console log, fd 1, in this node's
 // state directory.
@@ -104,7 +104,7 @@ func (r *Runtime) isStray(pid int, consoles string) bool {
 	}
 	marked := false
 	for kv := range bytes.SplitSeq(env, []byte{0}) {
-		if k, v, ok := bytes.Cut(kv, []byte{'='}); ok && string(k) == guest.NodeEnv {
+		if k, v, ok := bytes.Cut(kv, []byte{'='}); ok && string(k) == setup.NodeEnv {
 			if string(v) != r.node {
 				return false // another node's
 			}

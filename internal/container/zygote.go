@@ -12,11 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/guest"
+	"github.com/dsec-dev/dsec/internal/guest/setup"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
-// zygote is the node's end of `dsec-guest zygote` (see guest.Zygote):
+// zygote is the node's end of `dsec-guest zygote` (see setup.Zygote):
 // the small process that forks sandboxes, so that a create does not copy
 // the node's page tables, which grow with every sandbox it tracks. It is
 // started from a forker thread, so it lives in the forker's small mount
@@ -74,7 +74,7 @@ func startZygote(f *forker, bin *os.File) (*zygote, error) {
 var errRefused = errors.New("refused")
 
 // start asks the zygote for a sandbox's first process; files are in
-// guest.ZygoteFD* order. It returns the process's pid, its pidfd (nil
+// setup.ZygoteFD* order. It returns the process's pid, its pidfd (nil
 // from a zygote too old to send one) and the owner uid the zygote gave
 // its user namespace. An error that is not the zygote's answer (wrapping
 // errRefused) leaves requests and answers out of step: the caller must
@@ -82,7 +82,7 @@ var errRefused = errors.New("refused")
 // process (see Runtime.fork). A process the zygote forked for a request
 // whose answer did not arrive exits by itself: its config pipe closes
 // unread; the zygote kills one whose answer it could not send.
-func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os.File) (int, *sys.Pidfd, int, error) {
+func (z *zygote) start(ctx context.Context, req setup.ZygoteRequest, files []*os.File) (int, *sys.Pidfd, int, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return 0, nil, 0, err
@@ -112,7 +112,7 @@ func (z *zygote) start(ctx context.Context, req guest.ZygoteRequest, files []*os
 	if err == nil {
 		err = ferr
 	}
-	var r guest.ZygoteReply
+	var r setup.ZygoteReply
 	if err == nil {
 		err = json.Unmarshal(buf[:n], &r)
 	}

@@ -19,9 +19,9 @@ import (
 // and token.
 func Commands(build Build) []*cobra.Command {
 	return []*cobra.Command{
-		roleCommand(RoleUp, build, "up", "Run DSec on this host: NATS, API server, scheduler and node agent in one process"),
+		roleCommand(RoleUp, build, "up", "Run DSec on this host: NATS, API server, scheduler and node service in one process"),
 		roleCommand(RoleServer, build, "server", "Run the API server and control plane, joined to nodes through NATS"),
-		roleCommand(RoleNode, build, "node", "Run a node agent, joined to the control plane through NATS"),
+		roleCommand(RoleNode, build, "node", "Run a node service, joined to the control plane through NATS"),
 		tokenCommand(),
 	}
 }

@@ -1,6 +1,6 @@
 // Package daemon assembles DSec's long-running roles from their parts:
 // `up` (everything on one host over an embedded NATS server), `server`
-// (API and control plane) and `node` (node agent), the latter two joined
+// (API and control plane) and `node` (node service), the latter two joined
 // by an external NATS. Each role is built in stages with a cleanup stack,
 // runs until its context ends, then shuts down in order: in-flight
 // requests finish, sandboxes are destroyed unless kept, NATS flushes.
@@ -21,14 +21,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	wire "github.com/dsec-dev/dsec/api"
-	apiserver "github.com/dsec-dev/dsec/internal/api"
 	"github.com/dsec-dev/dsec/internal/auth"
-	"github.com/dsec-dev/dsec/internal/blobstore"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/config"
 	"github.com/dsec-dev/dsec/internal/controlplane"
+	"github.com/dsec-dev/dsec/internal/httpapi"
 	"github.com/dsec-dev/dsec/internal/image"
-	"github.com/dsec-dev/dsec/internal/layercache"
+	"github.com/dsec-dev/dsec/internal/image/blobstore"
+	"github.com/dsec-dev/dsec/internal/image/layercache"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/natsbus"
 	"github.com/dsec-dev/dsec/internal/node"
@@ -107,10 +107,10 @@ type daemon struct {
 	role  Role
 	info  Info
 
-	nc    *nats.Conn
-	st    *store.Store
-	agent *node.Agent
-	mgr   *controlplane.Manager
+	nc   *nats.Conn
+	st   *store.Store
+	node *node.Service
+	mgr  *controlplane.Manager
 }
 
 func (d *daemon) start(ctx context.Context, cu *cleanup.Stack) error {
@@ -281,7 +281,7 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 	if err := agent.Start(ctx, d.nc, d.st); err != nil {
 		return err
 	}
-	d.agent = agent
+	d.node = agent
 	d.info.NodeID = agent.ID()
 	cu.Add(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -330,18 +330,18 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 	cu.Add(m.Stop)
 	if d.role == RoleUp && !d.cfg.KeepSandboxes {
 		// Runs after the API has stopped taking requests (the stack
-		// unwinds in reverse) and before the node agent stops.
+		// unwinds in reverse) and before the node service stops.
 		cu.Add(func() {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			m.DestroyAll(sctx, d.agent.ID(), "shutdown")
+			m.DestroyAll(sctx, d.node.ID(), "shutdown")
 		})
 	}
 	allowDir := d.role == RoleUp
 	if d.cfg.API.AllowDirImages != nil {
 		allowDir = *d.cfg.API.AllowDirImages
 	}
-	srv := apiserver.New(apiserver.Options{
+	srv := httpapi.New(httpapi.Options{
 		Manager: m, Images: images, Auth: auth.NewChecker(token), Metrics: met, Logger: d.log,
 		Version:      wire.VersionInfo{Version: d.build.Version, Commit: d.build.Commit, GoVersion: runtime.Version(), API: wire.Version},
 		MaxBodyBytes: d.cfg.API.MaxBodyBytes, MaxFileBytes: d.cfg.API.MaxFileBytes, AllowDirImages: allowDir,

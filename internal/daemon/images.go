@@ -8,10 +8,10 @@ import (
 	"sync"
 
 	wire "github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/builtin"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/builtin"
 )
 
 // BuiltinFunctionImage is the function tier's default image.

@@ -22,7 +22,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
-// microvmKernelCache is internal/vmkernel's and internal/microvm's test
+// microvmKernelCache is internal/vm/vmkernel's and internal/vm/vmtier's test
 // cache of the guest kernel: the tests of every package fetch it once.
 var microvmKernelCache = filepath.Join(os.TempDir(), "dsec-test-vmkernel")
 

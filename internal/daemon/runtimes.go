@@ -21,14 +21,14 @@ import (
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/function"
 	"github.com/dsec-dev/dsec/internal/guard"
-	"github.com/dsec-dev/dsec/internal/layercache"
-	"github.com/dsec-dev/dsec/internal/microvm"
+	"github.com/dsec-dev/dsec/internal/image/layercache"
 	"github.com/dsec-dev/dsec/internal/monitor"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/seccomp"
 	"github.com/dsec-dev/dsec/internal/sys"
-	"github.com/dsec-dev/dsec/internal/vmm"
+	"github.com/dsec-dev/dsec/internal/vm/vmm"
+	"github.com/dsec-dev/dsec/internal/vm/vmtier"
 )
 
 // idCount is how many ids a container sandbox's user namespace maps.
@@ -112,7 +112,7 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		closeRuntimes := closeAll
 		closeAll = func() { closeRuntimes(); closeJail() }
 	}
-	var mv, vm *microvm.Runtime
+	var mv, vm *vmtier.Runtime
 	if !d.cfg.MicroVM.Disabled {
 		var closeJail func()
 		if mv, closeJail, err = d.microvmRuntime(ctx, layers, vmm.MicroVM, vmNets[0], rec); err != nil {
@@ -152,24 +152,24 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 // that need one are refused. rec, if not nil, records its audit events.
 // The function returned closes the tier's jail (removing its cgroup
 // parent if no VM's group is left in it) once the runtime has closed.
-func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, machine vmm.Machine, nets *network.Shared, rec *audit.Recorder) (*microvm.Runtime, func(), error) {
+func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, machine vmm.Machine, nets *network.Shared, rec *audit.Recorder) (*vmtier.Runtime, func(), error) {
 	c := d.cfg.MicroVM
-	tier, timeout, parent := microvm.Tier, c.BootTimeoutS, c.CgroupParent
+	tier, timeout, parent := vmtier.Tier, c.BootTimeoutS, c.CgroupParent
 	uidBase := c.UIDBase
 	if uidBase == 0 {
 		uidBase = d.idBase() + idCount // after the container tier's ids
 	}
 	if machine == vmm.Q35 {
-		tier, timeout, parent = microvm.VMTier, d.cfg.VM.BootTimeoutS, d.cfg.VM.CgroupParent
-		uidBase += microvm.DefaultUIDCount // after the microvm tier's
+		tier, timeout, parent = vmtier.VMTier, d.cfg.VM.BootTimeoutS, d.cfg.VM.CgroupParent
+		uidBase += vmtier.DefaultUIDCount // after the microvm tier's
 		if timeout == 0 {
 			timeout = 90 // SeaBIOS and PCI enumeration under TCG
 		}
 	}
-	opt := microvm.Options{
+	opt := vmtier.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", tier),
 		CacheDir: c.CacheDir,
-		Layers:   microvm.CacheFiles{Cache: layers, Dir: filepath.Join(d.cfg.DataDir, "layers")},
+		Layers:   vmtier.CacheFiles{Cache: layers, Dir: filepath.Join(d.cfg.DataDir, "layers")},
 		Version:  d.build.Version,
 		Logger:   d.log.With("tier", tier),
 		// "auto" starts on TCG; prepareMicroVM switches to KVM once the
@@ -213,7 +213,7 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 			}
 		}
 	}
-	rt, err := microvm.New(ctx, opt)
+	rt, err := vmtier.New(ctx, opt)
 	if err != nil {
 		closeJail()
 		return nil, nil, err
@@ -225,7 +225,7 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 // parent of the tier's own (devices: the defaults and /dev/kvm), and the
 // data directory made searchable (not listable) so that each QEMU reaches
 // its run directory under <data_dir>/node/<tier>.
-func (d *daemon) vmJail(ctx context.Context, tier, parent string, uidBase int) (*microvm.Jail, error) {
+func (d *daemon) vmJail(ctx context.Context, tier, parent string, uidBase int) (*vmtier.Jail, error) {
 	c := d.cfg.MicroVM
 	if parent == "" {
 		parent = "dsec-" + tier
@@ -242,8 +242,8 @@ func (d *daemon) vmJail(ctx context.Context, tier, parent string, uidBase int) (
 			return nil, err
 		}
 	}
-	return &microvm.Jail{
-		UIDBase: uint32(uidBase), UIDCount: microvm.DefaultUIDCount,
+	return &vmtier.Jail{
+		UIDBase: uint32(uidBase), UIDCount: vmtier.DefaultUIDCount,
 		Cgroups: cg, OverheadMiB: c.MemoryOverheadMiB, Pids: int64(c.Pids),
 	}, nil
 }
@@ -257,10 +257,10 @@ func (d *daemon) vmJail(ctx context.Context, tier, parent string, uidBase int) (
 // to it. The node reports the tier's accelerator in its tiers (GET
 // /v1/nodes). A failure is logged: the first create tries the fetch
 // again, and reports it. stop stops the work and waits for it.
-func (d *daemon) prepareMicroVM(mv, vm *microvm.Runtime) (stop func(), ready <-chan struct{}) {
+func (d *daemon) prepareMicroVM(mv, vm *vmtier.Runtime) (stop func(), ready <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done, prepared := make(chan struct{}), make(chan struct{})
-	log := d.log.With("tier", microvm.Tier)
+	log := d.log.With("tier", vmtier.Tier)
 	go func() {
 		defer close(done)
 		kernel, ok := d.prepareGuestKernel(ctx, log, mv, vm)
@@ -296,7 +296,7 @@ func (d *daemon) prepareMicroVM(mv, vm *microvm.Runtime) (stop func(), ready <-c
 // prepareGuestKernel prepares the VM tiers' boot files (see
 // prepareMicroVM) and returns the kernel's path, or false if the tier is
 // unavailable or the preparation failed (logged).
-func (d *daemon) prepareGuestKernel(ctx context.Context, log *slog.Logger, mv, vm *microvm.Runtime) (string, bool) {
+func (d *daemon) prepareGuestKernel(ctx context.Context, log *slog.Logger, mv, vm *vmtier.Runtime) (string, bool) {
 	if info := mv.Fingerprint(ctx); !info.Available {
 		log.Warn("the microvm tier is unavailable", "reason", info.Reason)
 		return "", false

@@ -11,7 +11,7 @@ import (
 // removed on every create and destroy; on the host's ext4 that cost
 // ~225 µs per sandbox with 8 in parallel, on tmpfs ~60 µs. The state
 // lives as long as the workspaces (tmpfs too): it survives restarts of
-// the node agent, not of the host.
+// the node service, not of the host.
 func mountStateFS(dir string) (bool, error) {
 	ok, err := sys.EnsureTmpfs("dsec-function", dir, "mode=0700,size=256m")
 	if err != nil {

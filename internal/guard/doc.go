@@ -11,7 +11,7 @@
 // holds if one of them is misconfigured or bypassed.
 //
 // The links can be pinned in the BPF file system (Options.PinDir), so
-// that the guard outlives the node agent that attached it (Guard.Keep)
+// that the guard outlives the node service that attached it (Guard.Keep)
 // and the next one takes the same links over, replacing their programs
 // in place. The programs are built by `go generate` (bpf2go, clang) from
 // bpf/guard.c; the objects are committed.

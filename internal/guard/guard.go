@@ -24,9 +24,9 @@ type Options struct {
 // mounted there.
 const bpffs = "/sys/fs/bpf"
 
-// PinRoot holds the pin directories of the node agents on the host.
+// PinRoot holds the pin directories of the node services on the host.
 const PinRoot = bpffs + "/dsec"
 
-// PinDir is the pin directory of the node agent instance name (its
+// PinDir is the pin directory of the node service instance name (its
 // container tier's network name, which one agent at a time holds).
 func PinDir(name string) string { return filepath.Join(PinRoot, name) }

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/blobstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/image/blobstore"
+	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/store"
 )
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/blobstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/image/blobstore"
+	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/store"
 	"github.com/dsec-dev/dsec/internal/testenv"
 )

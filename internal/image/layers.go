@@ -14,7 +14,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/store"
 )
 

@@ -52,7 +52,7 @@
 // connections that are already open.
 //
 // The container and microvm tiers share one Manager (a microVM's tap is
-// plugged into its sandbox's namespace: see internal/microvm); each gets
+// plugged into its sandbox's namespace: see internal/vm/vmtier); each gets
 // a Shared view, whose Recover keeps the other tier's networks.
 //
 // DNS names in Allow rules are resolved by the node when the policy is

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 )
 
-// record is what survives a restart of the node agent about one live
+// record is what survives a restart of the node service about one live
 // sandbox, in <StateDir>/<Name>/<id>.json: with it New re-adopts the
 // sandbox without resolving its names again.
 type record struct {

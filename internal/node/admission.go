@@ -16,7 +16,7 @@ import (
 // Admission: a node starts only a few sandboxes of a tier at once, and
 // lets a bounded number of creates wait for their turn. Starting a
 // sandbox is CPU work on the node (a fork into new namespaces, mounts,
-// the agent's setup; a VM's boot): on 2 cores, 2,000 starts at once
+// the guest agent's setup; a VM's boot): on 2 cores, 2,000 starts at once
 // made every one of them slow (past its 30 s readiness deadline), ran the
 // node out of descriptors, and left failed creates half cleaned up, while
 // 8 at a time went ~5 times faster. A create that would wait longer than
@@ -43,7 +43,7 @@ type StartLimits struct {
 
 // DefaultStartLimits are a tier's limits on a node with cpus CPUs. The
 // container tier's 4 per CPU is where a start's waits (forks, mounts,
-// the agent's greeting) are covered and the cores busy: on 2 cores,
+// the guest agent's greeting) are covered and the cores busy: on 2 cores,
 // creates 8 at a time went ~150/s, all at once 28/s (docs/bench.md). A
 // VM's boot keeps a core busy; a function sandbox is an instance of a
 // compiled module, cheap enough to start many at once.
@@ -198,7 +198,7 @@ func (g *gate) leaver() func() {
 }
 
 // gateFor returns tier's gate, making it on first use.
-func (a *Agent) gateFor(tier string) *gate {
+func (a *Service) gateFor(tier string) *gate {
 	a.gmu.Lock()
 	defer a.gmu.Unlock()
 	g := a.gates[tier]

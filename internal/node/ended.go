@@ -19,7 +19,7 @@ import (
 const reportTimeout = time.Minute
 
 // watchEnds makes rt report its sandboxes' ends to the node, if it can.
-func (a *Agent) watchEnds(rt sandbox.Runtime) {
+func (a *Service) watchEnds(rt sandbox.Runtime) {
 	if n, ok := rt.(sandbox.EndNotifier); ok {
 		tier := rt.Tier()
 		n.OnEnd(func(e sandbox.Ended) { a.ended(tier, e) })
@@ -27,7 +27,7 @@ func (a *Agent) watchEnds(rt sandbox.Runtime) {
 }
 
 // stopEnds stops the runtimes' reports (Stop).
-func (a *Agent) stopEnds() {
+func (a *Service) stopEnds() {
 	for _, rt := range a.opt.Registry.All() {
 		if n, ok := rt.(sandbox.EndNotifier); ok {
 			n.OnEnd(nil)
@@ -40,7 +40,7 @@ func (a *Agent) stopEnds() {
 
 // ended handles sandbox end.ID of tier, which ended by itself and which
 // its runtime has released.
-func (a *Agent) ended(tier string, end sandbox.Ended) {
+func (a *Service) ended(tier string, end sandbox.Ended) {
 	a.mu.Lock()
 	e, ok := a.sandboxes[end.ID]
 	switch {
@@ -74,7 +74,7 @@ func (a *Agent) ended(tier string, end sandbox.Ended) {
 }
 
 // report tells the control plane that a sandbox ended by itself.
-func (a *Agent) report(tier string, end sandbox.Ended) {
+func (a *Service) report(tier string, end sandbox.Ended) {
 	if a.nc == nil {
 		return
 	}

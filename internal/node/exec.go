@@ -17,7 +17,7 @@ import (
 // execStream sends the messages of one exec reply in order, numbering
 // them. It is safe for concurrent use (stdout and stderr writers).
 type execStream struct {
-	a   *Agent
+	a   *Service
 	req *nats.Msg
 
 	mu  sync.Mutex // guards following fields
@@ -63,7 +63,7 @@ func (w streamWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (a *Agent) handleExec(ctx context.Context, m *nats.Msg) {
+func (a *Service) handleExec(ctx context.Context, m *nats.Msg) {
 	var req noderpc.ExecRequest
 	if err := decode(m.Data, &req); err != nil {
 		a.replyErr(m, err)
@@ -111,7 +111,7 @@ func (a *Agent) handleExec(ctx context.Context, m *nats.Msg) {
 	stream.exit(res)
 }
 
-func (a *Agent) cancelCall(call string) {
+func (a *Service) cancelCall(call string) {
 	a.mu.Lock()
 	cancel := a.calls[call]
 	a.mu.Unlock()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/layercache"
+	"github.com/dsec-dev/dsec/internal/image/layercache"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
@@ -192,9 +192,9 @@ func plainState(t *testing.T) {
 	t.Cleanup(func() { openState = prev })
 }
 
-// newTestAgent returns an agent over rts, recovered (as Start does
+// newTestService returns an agent over rts, recovered (as Start does
 // before it serves), with no NATS connection: ends are not reported.
-func newTestAgent(t *testing.T, opt Options, rts ...*fakeRuntime) *Agent {
+func newTestService(t *testing.T, opt Options, rts ...*fakeRuntime) *Service {
 	t.Helper()
 	reg := sandbox.NewRegistry()
 	for _, rt := range rts {
@@ -219,7 +219,7 @@ func newTestAgent(t *testing.T, opt Options, rts ...*fakeRuntime) *Agent {
 }
 
 // listed returns the IDs of the sandboxes the node lists.
-func listed(a *Agent) map[string]bool {
+func listed(a *Service) map[string]bool {
 	out := map[string]bool{}
 	for _, s := range a.List() {
 		out[s.ID] = true

@@ -57,7 +57,7 @@ func (w *writeSession) abort() {
 	<-w.done
 }
 
-func (a *Agent) files(id string) (sandbox.Files, error) {
+func (a *Service) files(id string) (sandbox.Files, error) {
 	sb, _, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ func (a *Agent) files(id string) (sandbox.Files, error) {
 	return sb.Files(), nil
 }
 
-func (a *Agent) fileList(ctx context.Context, r noderpc.FileRequest) (api.FileList, error) {
+func (a *Service) fileList(ctx context.Context, r noderpc.FileRequest) (api.FileList, error) {
 	fs, err := a.files(r.ID)
 	if err != nil {
 		return api.FileList{}, err
@@ -77,7 +77,7 @@ func (a *Agent) fileList(ctx context.Context, r noderpc.FileRequest) (api.FileLi
 	return api.FileList{Entries: entries}, err
 }
 
-func (a *Agent) fileStat(ctx context.Context, r noderpc.FileRequest) (api.FileInfo, error) {
+func (a *Service) fileStat(ctx context.Context, r noderpc.FileRequest) (api.FileInfo, error) {
 	fs, err := a.files(r.ID)
 	if err != nil {
 		return api.FileInfo{}, err
@@ -85,7 +85,7 @@ func (a *Agent) fileStat(ctx context.Context, r noderpc.FileRequest) (api.FileIn
 	return fs.Stat(ctx, r.Path)
 }
 
-func (a *Agent) fileMkdir(ctx context.Context, r noderpc.FileRequest) (api.FileInfo, error) {
+func (a *Service) fileMkdir(ctx context.Context, r noderpc.FileRequest) (api.FileInfo, error) {
 	fs, err := a.files(r.ID)
 	if err != nil {
 		return api.FileInfo{}, err
@@ -93,7 +93,7 @@ func (a *Agent) fileMkdir(ctx context.Context, r noderpc.FileRequest) (api.FileI
 	return fs.Mkdir(ctx, r.Path, r.Parents)
 }
 
-func (a *Agent) fileRemove(ctx context.Context, r noderpc.FileRequest) error {
+func (a *Service) fileRemove(ctx context.Context, r noderpc.FileRequest) error {
 	fs, err := a.files(r.ID)
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func (a *Agent) fileRemove(ctx context.Context, r noderpc.FileRequest) error {
 	return fs.Remove(ctx, r.Path, r.Recursive)
 }
 
-func (a *Agent) fileRename(ctx context.Context, r noderpc.FileRequest) (api.FileInfo, error) {
+func (a *Service) fileRename(ctx context.Context, r noderpc.FileRequest) (api.FileInfo, error) {
 	fs, err := a.files(r.ID)
 	if err != nil {
 		return api.FileInfo{}, err
@@ -109,7 +109,7 @@ func (a *Agent) fileRename(ctx context.Context, r noderpc.FileRequest) (api.File
 	return fs.Rename(ctx, r.Path, r.To)
 }
 
-func (a *Agent) fileOpen(ctx context.Context, r noderpc.FileRequest) (noderpc.OpenResponse, error) {
+func (a *Service) fileOpen(ctx context.Context, r noderpc.FileRequest) (noderpc.OpenResponse, error) {
 	fs, err := a.files(r.ID)
 	if err != nil {
 		return noderpc.OpenResponse{}, err
@@ -130,7 +130,7 @@ func (a *Agent) fileOpen(ctx context.Context, r noderpc.FileRequest) (noderpc.Op
 	return noderpc.OpenResponse{Handle: h, Info: info}, nil
 }
 
-func (a *Agent) fileClose(ctx context.Context, r noderpc.FileRequest) error {
+func (a *Service) fileClose(ctx context.Context, r noderpc.FileRequest) error {
 	a.mu.Lock()
 	rs := a.reads[r.Handle]
 	delete(a.reads, r.Handle)
@@ -147,7 +147,7 @@ func (a *Agent) fileClose(ctx context.Context, r noderpc.FileRequest) error {
 }
 
 // handleRead sends the next chunk of an open file.
-func (a *Agent) handleRead(ctx context.Context, m *nats.Msg) {
+func (a *Service) handleRead(ctx context.Context, m *nats.Msg) {
 	var r noderpc.FileRequest
 	if err := decode(m.Data, &r); err != nil {
 		a.replyErr(m, err)
@@ -184,7 +184,7 @@ func (a *Agent) handleRead(ctx context.Context, m *nats.Msg) {
 	a.send(m, out)
 }
 
-func (a *Agent) finishRead(h string, rs *readSession, closeIt bool) {
+func (a *Service) finishRead(h string, rs *readSession, closeIt bool) {
 	a.mu.Lock()
 	rs.busy, rs.used = false, time.Now()
 	if closeIt {
@@ -198,7 +198,7 @@ func (a *Agent) finishRead(h string, rs *readSession, closeIt bool) {
 
 // handleWrite takes one chunk of an upload. The first chunk opens the
 // session; the final one completes the write and returns the file's info.
-func (a *Agent) handleWrite(ctx context.Context, m *nats.Msg) {
+func (a *Service) handleWrite(ctx context.Context, m *nats.Msg) {
 	var r noderpc.FileRequest
 	if err := decode([]byte(m.Header.Get(noderpc.HdrReq)), &r); err != nil {
 		a.replyErr(m, err)
@@ -251,7 +251,7 @@ func (a *Agent) handleWrite(ctx context.Context, m *nats.Msg) {
 	a.reply(m, noderpc.WriteResponse{Handle: h, Info: &info}, nil)
 }
 
-func (a *Agent) startWrite(r noderpc.FileRequest, fs sandbox.Files) *writeSession {
+func (a *Service) startWrite(r noderpc.FileRequest, fs sandbox.Files) *writeSession {
 	pr, pw := io.Pipe()
 	ws := &writeSession{sandbox: r.ID, pw: pw, done: make(chan struct{}), used: time.Now()}
 	opt := sandbox.WriteOptions{Mode: r.Mode, Parents: r.Parents, MaxBytes: r.MaxBytes}
@@ -269,7 +269,7 @@ func (a *Agent) startWrite(r noderpc.FileRequest, fs sandbox.Files) *writeSessio
 var errWriteDone = errors.New("write finished")
 
 // endSessions closes the read and write sessions of sandbox id.
-func (a *Agent) endSessions(id string) {
+func (a *Service) endSessions(id string) {
 	var reads []*readSession
 	var writes []*writeSession
 	a.mu.Lock()
@@ -295,7 +295,7 @@ func (a *Agent) endSessions(id string) {
 }
 
 // janitor expires idle file sessions and collects unused layers.
-func (a *Agent) janitor(ctx context.Context) {
+func (a *Service) janitor(ctx context.Context) {
 	defer a.wg.Done()
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
@@ -316,7 +316,7 @@ func (a *Agent) janitor(ctx context.Context) {
 	}
 }
 
-func (a *Agent) expireSessions(now time.Time) {
+func (a *Service) expireSessions(now time.Time) {
 	var reads []*readSession
 	var writes []*writeSession
 	a.mu.Lock()

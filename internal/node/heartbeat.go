@@ -13,7 +13,7 @@ import (
 )
 
 // Info describes the node now: tiers, capacity and usage.
-func (a *Agent) Info(ctx context.Context) api.Node {
+func (a *Service) Info(ctx context.Context) api.Node {
 	n := api.Node{
 		ID:      a.opt.ID,
 		Version: a.opt.Version,
@@ -38,7 +38,7 @@ func (a *Agent) Info(ctx context.Context) api.Node {
 	return n
 }
 
-func (a *Agent) heartbeat(ctx context.Context, hb heartbeatSink) {
+func (a *Service) heartbeat(ctx context.Context, hb heartbeatSink) {
 	if hb == nil {
 		return
 	}
@@ -49,7 +49,7 @@ func (a *Agent) heartbeat(ctx context.Context, hb heartbeatSink) {
 	}
 }
 
-func (a *Agent) heartbeatLoop(ctx context.Context, hb heartbeatSink) {
+func (a *Service) heartbeatLoop(ctx context.Context, hb heartbeatSink) {
 	defer a.wg.Done()
 	t := time.NewTicker(a.opt.Heartbeat)
 	defer t.Stop()

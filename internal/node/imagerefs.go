@@ -51,7 +51,7 @@ func (c *imageRefs) decode(raw json.RawMessage) (noderpc.ImageRef, error) {
 }
 
 // createOp is the node's handler of OpCreate.
-func (a *Agent) createOp(ctx context.Context, data []byte) (any, error) {
+func (a *Service) createOp(ctx context.Context, data []byte) (any, error) {
 	var w createWire
 	if err := decode(data, &w); err != nil {
 		return nil, err

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 )
 

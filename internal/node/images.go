@@ -8,12 +8,12 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/layercache"
+	"github.com/dsec-dev/dsec/internal/image/layercache"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
-// layerViews is the part of the layer cache the agent uses: read-only
+// layerViews is the part of the layer cache the service uses: read-only
 // views of layer stacks, refcounted, and their garbage collection.
 type layerViews interface {
 	View(ctx context.Context, layers []layercache.Layer) (string, func(), error)
@@ -23,7 +23,7 @@ type layerViews interface {
 // resolveImage materialises an image on this node and returns it with a
 // release function. Layered images are read-only views from the layer
 // cache; development images are host directories ("dir:/abs/path").
-func (a *Agent) resolveImage(ctx context.Context, ownRoot bool, ref noderpc.ImageRef) (sandbox.Image, func(), error) {
+func (a *Service) resolveImage(ctx context.Context, ownRoot bool, ref noderpc.ImageRef) (sandbox.Image, func(), error) {
 	if len(ref.Layers) > 0 && ownRoot {
 		// The tier mounts its own roots from the layers (and re-adopts
 		// them itself after a restart).

@@ -11,7 +11,7 @@ import (
 )
 
 // setPhase moves a sandbox to another of its phases.
-func (a *Agent) setPhase(ctx context.Context, req noderpc.SetPhaseRequest) error {
+func (a *Service) setPhase(ctx context.Context, req noderpc.SetPhaseRequest) error {
 	sb, tier, err := a.lookup(req.ID)
 	if err != nil {
 		return err
@@ -34,7 +34,7 @@ func (a *Agent) setPhase(ctx context.Context, req noderpc.SetPhaseRequest) error
 }
 
 // stats reports a sandbox's resource use.
-func (a *Agent) stats(ctx context.Context, t noderpc.Target) (api.SandboxStats, error) {
+func (a *Service) stats(ctx context.Context, t noderpc.Target) (api.SandboxStats, error) {
 	sb, _, err := a.lookup(t.ID)
 	if err != nil {
 		return api.SandboxStats{}, err
@@ -42,7 +42,7 @@ func (a *Agent) stats(ctx context.Context, t noderpc.Target) (api.SandboxStats, 
 	return sb.Stats(ctx)
 }
 
-func (a *Agent) runner(id string) (sandbox.ProcessRunner, error) {
+func (a *Service) runner(id string) (sandbox.ProcessRunner, error) {
 	sb, tier, err := a.lookup(id)
 	if err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func (a *Agent) runner(id string) (sandbox.ProcessRunner, error) {
 	return pr, nil
 }
 
-func (a *Agent) process(id string, pid int) (sandbox.Process, error) {
+func (a *Service) process(id string, pid int) (sandbox.Process, error) {
 	pr, err := a.runner(id)
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func (a *Agent) process(id string, pid int) (sandbox.Process, error) {
 	return pr.Process(pid)
 }
 
-func (a *Agent) procStart(ctx context.Context, r noderpc.ExecRequest) (api.Process, error) {
+func (a *Service) procStart(ctx context.Context, r noderpc.ExecRequest) (api.Process, error) {
 	pr, err := a.runner(r.ID)
 	if err != nil {
 		return api.Process{}, err
@@ -78,7 +78,7 @@ func (a *Agent) procStart(ctx context.Context, r noderpc.ExecRequest) (api.Proce
 	return p.Info(), nil
 }
 
-func (a *Agent) procList(ctx context.Context, r noderpc.ProcRequest) (api.ProcessList, error) {
+func (a *Service) procList(ctx context.Context, r noderpc.ProcRequest) (api.ProcessList, error) {
 	pr, err := a.runner(r.ID)
 	if err != nil {
 		return api.ProcessList{}, err
@@ -86,7 +86,7 @@ func (a *Agent) procList(ctx context.Context, r noderpc.ProcRequest) (api.Proces
 	return api.ProcessList{Processes: pr.Processes()}, nil
 }
 
-func (a *Agent) procGet(ctx context.Context, r noderpc.ProcRequest) (api.Process, error) {
+func (a *Service) procGet(ctx context.Context, r noderpc.ProcRequest) (api.Process, error) {
 	p, err := a.process(r.ID, r.Pid)
 	if err != nil {
 		return api.Process{}, err
@@ -94,7 +94,7 @@ func (a *Agent) procGet(ctx context.Context, r noderpc.ProcRequest) (api.Process
 	return p.Info(), nil
 }
 
-func (a *Agent) procWait(ctx context.Context, r noderpc.ProcRequest) (api.ExecResult, error) {
+func (a *Service) procWait(ctx context.Context, r noderpc.ProcRequest) (api.ExecResult, error) {
 	p, err := a.process(r.ID, r.Pid)
 	if err != nil {
 		return api.ExecResult{}, err
@@ -108,7 +108,7 @@ func (a *Agent) procWait(ctx context.Context, r noderpc.ProcRequest) (api.ExecRe
 	return p.Wait(ctx)
 }
 
-func (a *Agent) procStdin(ctx context.Context, r noderpc.ProcRequest) error {
+func (a *Service) procStdin(ctx context.Context, r noderpc.ProcRequest) error {
 	p, err := a.process(r.ID, r.Pid)
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func (a *Agent) procStdin(ctx context.Context, r noderpc.ProcRequest) error {
 	return p.WriteStdin(ctx, r.Data)
 }
 
-func (a *Agent) procCloseStdin(ctx context.Context, r noderpc.ProcRequest) error {
+func (a *Service) procCloseStdin(ctx context.Context, r noderpc.ProcRequest) error {
 	p, err := a.process(r.ID, r.Pid)
 	if err != nil {
 		return err
@@ -124,7 +124,7 @@ func (a *Agent) procCloseStdin(ctx context.Context, r noderpc.ProcRequest) error
 	return p.CloseStdin()
 }
 
-func (a *Agent) procSignal(ctx context.Context, r noderpc.ProcRequest) error {
+func (a *Service) procSignal(ctx context.Context, r noderpc.ProcRequest) error {
 	p, err := a.process(r.ID, r.Pid)
 	if err != nil {
 		return err

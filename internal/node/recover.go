@@ -4,15 +4,15 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/dsec-dev/dsec/internal/layercache"
+	"github.com/dsec-dev/dsec/internal/image/layercache"
 )
 
-// recover rebuilds the agent's view of its sandboxes after a restart:
+// recover rebuilds the service's view of its sandboxes after a restart:
 // first it re-acquires the image views its sandboxes held (adopting the
 // mounts that outlived the previous agent), then the runtimes re-adopt
 // their sandboxes, then whatever no sandbox claims is released and the
 // layer cache collects it.
-func (a *Agent) recover(ctx context.Context) error {
+func (a *Service) recover(ctx context.Context) error {
 	a.mu.Lock()
 	a.recovering, a.early = true, map[string]bool{}
 	a.mu.Unlock()

@@ -19,7 +19,7 @@ const opTimeout = 2 * time.Minute
 
 // dispatch runs one request on its own goroutine, bounded by sem, so that
 // a slow exec does not hold up other sandboxes' requests.
-func (a *Agent) dispatch(ctx context.Context, m *nats.Msg) {
+func (a *Service) dispatch(ctx context.Context, m *nats.Msg) {
 	op := strings.TrimPrefix(m.Subject, "dsec.node."+a.opt.ID+".")
 	select {
 	case a.sem <- struct{}{}:
@@ -36,7 +36,7 @@ func (a *Agent) dispatch(ctx context.Context, m *nats.Msg) {
 	}()
 }
 
-func (a *Agent) handle(ctx context.Context, op string, m *nats.Msg) {
+func (a *Service) handle(ctx context.Context, op string, m *nats.Msg) {
 	switch op {
 	case noderpc.OpExec:
 		a.handleExec(ctx, m)
@@ -75,7 +75,7 @@ func (a *Agent) handle(ctx context.Context, op string, m *nats.Msg) {
 }
 
 // simpleOps are the request → one reply operations.
-func (a *Agent) simpleOps() map[string]func(context.Context, []byte) (any, error) {
+func (a *Service) simpleOps() map[string]func(context.Context, []byte) (any, error) {
 	return map[string]func(context.Context, []byte) (any, error){
 		noderpc.OpCreate:     a.createOp,
 		noderpc.OpDestroy:    jsonOp(func(ctx context.Context, t noderpc.Target) error { return a.Destroy(ctx, t.ID) }),
@@ -125,7 +125,7 @@ func jsonOpR[T, R any](fn func(context.Context, T) (R, error)) func(context.Cont
 	}
 }
 
-func (a *Agent) reply(m *nats.Msg, resp any, err error) {
+func (a *Service) reply(m *nats.Msg, resp any, err error) {
 	if err != nil {
 		a.replyErr(m, err)
 		return
@@ -140,7 +140,7 @@ func (a *Agent) reply(m *nats.Msg, resp any, err error) {
 	a.send(m, &nats.Msg{Data: body})
 }
 
-func (a *Agent) replyErr(m *nats.Msg, err error) {
+func (a *Service) replyErr(m *nats.Msg, err error) {
 	if errdefs.ClassOf(err) == errdefs.Internal {
 		a.log.Error("request failed", "subject", m.Subject, "err", err)
 	}
@@ -149,7 +149,7 @@ func (a *Agent) replyErr(m *nats.Msg, err error) {
 	a.send(m, out)
 }
 
-func (a *Agent) send(m *nats.Msg, out *nats.Msg) {
+func (a *Service) send(m *nats.Msg, out *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}

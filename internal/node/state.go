@@ -13,7 +13,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
-// sandboxState is what the agent itself remembers of a sandbox across its
+// sandboxState is what the node service itself remembers of a sandbox across its
 // own restarts: which image view it holds. Runtimes keep the rest.
 type sandboxState struct {
 	Tier  string           `json:"tier"`

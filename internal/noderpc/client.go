@@ -20,7 +20,7 @@ const HdrReq = "Dsec-Req"
 // DefaultTimeout bounds calls whose context has no deadline.
 const DefaultTimeout = 30 * time.Second
 
-// Client calls node agents. It is safe for concurrent use.
+// Client calls node services. It is safe for concurrent use.
 type Client struct {
 	nc    *nats.Conn
 	mux   *respMux

@@ -21,7 +21,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 )
 
 // Operations.

@@ -12,7 +12,7 @@ import (
 	"io"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/layerspec"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 )
 
 // Runtime runs sandboxes of one tier on one node.
@@ -28,7 +28,7 @@ type Runtime interface {
 	// Create builds and starts a sandbox. On error nothing of it is left.
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 	// Recover re-adopts the sandboxes a previous run of this node left
-	// running (after a restart of the node agent), and removes any partial
+	// running (after a restart of the node service), and removes any partial
 	// ones. It is called once, before any Create.
 	Recover(ctx context.Context) ([]Sandbox, error)
 	// Close releases the runtime's own resources. Sandboxes are left as they

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/image/layer"
 )
 
 // ImageManifest defines an image: its layers (bottom first) or, for a

@@ -19,7 +19,7 @@ import (
 type Factory struct {
 	// New returns a runtime over the state directory dir. Calling it again
 	// with the same dir must give a runtime that can Recover what the first
-	// one left (a node agent restart).
+	// one left (a node service restart).
 	New func(t *testing.T, dir string) sandbox.Runtime
 	// Image is the image sandboxes are created from; it must provide the
 	// programs Commands names.
