@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"net"
 	"path/filepath"
 	"slices"
@@ -59,7 +60,7 @@ func startFake(t *testing.T) *fakeAgent {
 	t.Cleanup(func() {
 		l.Close()
 		cancel()
-		wg.Wait()
+		testenv.WaitGroup(t, &wg, 30*time.Second, "the fake agent's connections")
 	})
 	return f
 }

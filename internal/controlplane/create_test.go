@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"slices"
 	"strings"
 	"sync"
@@ -256,7 +257,7 @@ func TestCreateDeletedMeanwhile(t *testing.T) {
 	inNode, proceed := make(chan string), make(chan struct{})
 	h.nodes.onCreate = func(node string, req noderpc.CreateRequest) error {
 		inNode <- req.ID
-		<-proceed
+		hold(proceed)
 		return nil
 	}
 	var wg sync.WaitGroup
@@ -266,12 +267,12 @@ func TestCreateDeletedMeanwhile(t *testing.T) {
 		defer wg.Done()
 		_, cerr = h.m.Create(context.Background(), "o", createReq())
 	}()
-	id := <-inNode
+	id := testenv.Recv(t, inNode, wait, "the create to reach the node")
 	if err := h.m.Delete(context.Background(), "o", id, "deleted"); err != nil {
 		t.Fatal(err)
 	}
 	close(proceed)
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, wait, "the create")
 	wantErr(t, cerr, errdefs.Conflict, api.CodeSandboxStateChanged)
 	rec := h.st.record(t, id)
 	if rec.State != api.StateStopped || rec.Reason != "deleted" {
@@ -325,7 +326,7 @@ func TestCreateCountsInFlight(t *testing.T) {
 	inNode, proceed := make(chan struct{}), make(chan struct{})
 	h.nodes.onCreate = func(string, noderpc.CreateRequest) error {
 		inNode <- struct{}{}
-		<-proceed
+		hold(proceed)
 		return nil
 	}
 	done := make(chan error)
@@ -333,12 +334,12 @@ func TestCreateCountsInFlight(t *testing.T) {
 		_, err := h.m.Create(context.Background(), "o", createReq())
 		done <- err
 	}()
-	<-inNode
+	testenv.Recv(t, inNode, wait, "the first create to reach the node")
 	h.nodes.onCreate = nil
 	_, err := h.m.Create(context.Background(), "o", createReq())
 	close(proceed)
 	wantErr(t, err, errdefs.RateLimited, api.CodeTooManySandboxes)
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, wait, "the first create"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -212,7 +212,7 @@ func (s *memStore) AuditEvents(ctx context.Context, id string, skip, limit int) 
 }
 
 func (s *memStore) FollowAuditEvents(ctx context.Context, id string, skip int, fn func(api.AuditEvent) error) error {
-	<-ctx.Done()
+	<-ctx.Done() // bounded: ends with the caller's context, as the store's follow does
 	return ctx.Err()
 }
 
@@ -431,6 +431,7 @@ func testNode(id string, max int) api.Node {
 // drive its loops' steps (reconcile, reap, failNode) themselves, or call
 // start.
 type harness struct {
+	t     *testing.T
 	m     *Manager
 	st    *memStore
 	nodes *fakeNodes
@@ -438,7 +439,7 @@ type harness struct {
 
 func newHarness(t *testing.T, opt Options) *harness {
 	t.Helper()
-	h := &harness{st: newMemStore(), nodes: newFakeNodes()}
+	h := &harness{t: t, st: newMemStore(), nodes: newFakeNodes()}
 	opt.Store, opt.Nodes = h.st, h.nodes
 	if opt.Images == nil {
 		opt.Images = fakeImages{}
@@ -518,3 +519,18 @@ func (h *harness) state(t *testing.T, id string) api.State {
 }
 
 func sbID(i int) string { return fmt.Sprintf("sb-%02d", i) }
+
+// wait bounds every wait of these tests: long enough for a loaded
+// machine, short enough that a hung test fails instead of hanging its
+// package.
+const wait = 30 * time.Second
+
+// hold blocks a fake's call until the test lets it go, or until wait
+// has passed, so that a test that failed before letting it go cannot
+// leave the call blocked.
+func hold(proceed <-chan struct{}) {
+	select {
+	case <-proceed:
+	case <-time.After(wait):
+	}
+}

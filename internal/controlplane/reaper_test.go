@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func endedReport(node, id, reason string) noderpc.EndedReport {
 // work it started.
 func (h *harness) reapAt(now time.Time) {
 	h.m.reap(context.Background(), now)
-	h.m.wg.Wait()
+	testenv.WaitGroup(h.t, &h.m.wg, wait, "the reaper's work")
 }
 
 // TestReap: one sweep expires live sandboxes past their TTL, retries
@@ -109,16 +110,16 @@ func TestReapOneDestroyAtATime(t *testing.T) {
 	entered, proceed := make(chan struct{}, 2), make(chan struct{})
 	h.nodes.onDestroy = func(node, id string) error {
 		entered <- struct{}{}
-		<-proceed
+		hold(proceed)
 		return nil
 	}
 	h.m.reap(context.Background(), time.Now())
-	<-entered
+	testenv.Recv(t, entered, wait, "the destroy to reach the node")
 	// Later, the sandbox looks stuck in stopping: its destroy is retried,
 	// unless one is running.
 	h.m.reap(context.Background(), time.Now().Add(retryStopping+time.Second))
 	close(proceed)
-	h.m.wg.Wait()
+	testenv.WaitGroup(t, &h.m.wg, wait, "the reaper's work")
 	if n := len(h.nodes.destroyed()); n != 1 {
 		t.Errorf("%d destroys of one sandbox at once", n)
 	}

@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -214,7 +216,7 @@ func newTestService(t *testing.T, opt Options, rts ...*fakeRuntime) *Service {
 	if err := a.recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { a.stopEnds(); a.wg.Wait() })
+	t.Cleanup(func() { a.stopEnds(); testenv.WaitGroup(t, &a.wg, wait, "the service's handlers and loops") })
 	return a
 }
 
@@ -239,5 +241,20 @@ func wantCode(t *testing.T, err error, class errdefs.Class, code string) {
 	t.Helper()
 	if errdefs.ClassOf(err) != class || errdefs.CodeOf(err) != code {
 		t.Fatalf("error %v (%s %s), want %s %s", err, errdefs.ClassOf(err), errdefs.CodeOf(err), class, code)
+	}
+}
+
+// wait bounds every wait of these tests: long enough for a loaded
+// machine, short enough that a hung test fails instead of hanging its
+// package.
+const wait = 30 * time.Second
+
+// hold blocks a fake's call until the test lets it go, or until wait
+// has passed, so that a test that failed before letting it go cannot
+// leave the call blocked.
+func hold(proceed <-chan struct{}) {
+	select {
+	case <-proceed:
+	case <-time.After(wait):
 	}
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"github.com/dsec-dev/dsec/internal/testenv"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -182,7 +183,7 @@ func TestCreateWaitsForAdmission(t *testing.T) {
 	started, proceed := make(chan struct{}), make(chan struct{})
 	ct.onCreate = func(sandbox.Spec) error {
 		started <- struct{}{}
-		<-proceed
+		hold(proceed)
 		return nil
 	}
 	a := newTestService(t, Options{Starts: StartLimits{Slots: 1, Queue: 10, Wait: 50 * time.Millisecond}}, ct, fn)
@@ -190,7 +191,7 @@ func TestCreateWaitsForAdmission(t *testing.T) {
 	go func() {
 		done <- a.Create(context.Background(), noderpc.CreateRequest{ID: "sb-1", Tier: api.TierContainer, Image: dirImage(t)})
 	}()
-	<-started
+	testenv.Recv(t, started, wait, "the first create to start")
 	err := a.Create(context.Background(), noderpc.CreateRequest{ID: "sb-2", Tier: api.TierContainer, Image: dirImage(t)})
 	wantCode(t, err, errdefs.RateLimited, CodeOverloaded)
 	if errdefs.RetryAfterOf(err) <= 0 {
@@ -200,7 +201,7 @@ func TestCreateWaitsForAdmission(t *testing.T) {
 		t.Errorf("another tier: %v", err)
 	}
 	close(proceed)
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, wait, "the first create"); err != nil {
 		t.Fatal(err)
 	}
 	if ct.creates() != 1 || !listed(a)["sb-1"] || listed(a)["sb-2"] {
@@ -218,7 +219,7 @@ func TestDestroyDuringCreate(t *testing.T) {
 	started, proceed := make(chan struct{}), make(chan struct{})
 	rt.onCreate = func(sandbox.Spec) error {
 		close(started)
-		<-proceed
+		hold(proceed)
 		return nil
 	}
 	a := newTestService(t, Options{Layers: layers, StateDir: t.TempDir()}, rt)
@@ -226,7 +227,7 @@ func TestDestroyDuringCreate(t *testing.T) {
 	go func() {
 		done <- a.Create(context.Background(), noderpc.CreateRequest{ID: "sb-1", Tier: api.TierContainer, Image: layeredImage("L1")})
 	}()
-	<-started
+	testenv.Recv(t, started, wait, "the create to start")
 	if listed(a)["sb-1"] {
 		t.Error("a sandbox being created is listed")
 	}
@@ -234,7 +235,7 @@ func TestDestroyDuringCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(proceed)
-	wantCode(t, <-done, errdefs.Conflict, api.CodeSandboxDeleted)
+	wantCode(t, testenv.Recv(t, done, wait, "the create"), errdefs.Conflict, api.CodeSandboxDeleted)
 	waitFor(t, "the made sandbox to be destroyed and its view released", func() bool {
 		sb := rt.sandbox("sb-1")
 		return sb != nil && sb.destroyed() == 1 && layers.held("L1") == 0 && len(a.state.all()) == 0
