@@ -142,6 +142,18 @@ func (e *isoEnv) hasEvent(sb *Sandbox, ok func(api.AuditEvent) bool) bool {
 	return false
 }
 
+// waitEvent waits up to d for an audit event of sb that ok accepts.
+func waitEvent(e *isoEnv, sb *Sandbox, d time.Duration, ok func(api.AuditEvent) bool) bool {
+	deadline := time.Now().Add(d)
+	for !e.hasEvent(sb, ok) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // auditedPath is auditedWhere for a call on a path.
 func (e *isoEnv) auditedPath(t *testing.T, sb *Sandbox, rule, verdict, syscall, path string) {
 	t.Helper()
