@@ -70,6 +70,21 @@ type CreateSandboxRequest struct {
 	// phase may grant. Default: none; with phases, the union of theirs
 	// (each phase's commands get the phase's own).
 	Capabilities []string `json:"capabilities,omitempty"`
+	// Trajectory names the durable log the sandbox records to (letters,
+	// digits and "-_./:", at most 200 bytes); Record asks for one with a
+	// generated name. See docs/design/trajectories.md.
+	Trajectory string `json:"trajectory,omitempty"`
+	Record     bool   `json:"record,omitempty"`
+	// SecretEnv names Env keys whose values are never logged; a resume
+	// asks for them again.
+	SecretEnv []string `json:"secret_env,omitempty"`
+	// ResumeOnPreempt: when the sandbox's node is lost, drained or
+	// reclaimed, the control plane resumes it elsewhere from its
+	// trajectory, behind the same ID.
+	ResumeOnPreempt bool `json:"resume_on_preempt,omitempty"`
+	// FromSnapshot starts the sandbox from a snapshot's state (its ID),
+	// instead of Image or Layers.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 // Phase is one stage of a task and what commands may do in it. A change
@@ -266,6 +281,13 @@ type Sandbox struct {
 	CreatedAt    time.Time  `json:"created_at"`
 	ExpiresAt    time.Time  `json:"expires_at"`
 	EndedAt      *time.Time `json:"ended_at,omitempty"`
+	// Trajectory is the log the sandbox records to; Incarnation counts
+	// the sandboxes that have been this one (1, plus one per resume).
+	Trajectory  string `json:"trajectory,omitempty"`
+	Incarnation int    `json:"incarnation,omitempty"`
+	// Divergence is set when a resume stopped at a step that did not
+	// match the log (the sandbox is kept as it was at that step).
+	Divergence *Divergence `json:"divergence,omitempty"`
 	// Reason says why a sandbox stopped or failed (e.g. "expired", "deleted").
 	Reason string `json:"reason,omitempty"`
 }
