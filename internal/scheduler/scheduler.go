@@ -16,12 +16,18 @@ type Request struct {
 	Tier     string
 	CPU      float64
 	MemoryMB int
+	// Prefer names a node to use if it can take the sandbox (siblings of
+	// a fork share their snapshot's pages there).
+	Prefer string
+	// Avoid names a node not to use (a preempted sandbox's).
+	Avoid string
 }
 
 // Pick chooses a node for req among nodes, preferring the one with the
 // most free sandbox slots; ties go to the lowest load. Nodes not seen
 // within stale are skipped. Pending counts placements made but not yet
-// visible in the nodes' heartbeats.
+// visible in the nodes' heartbeats. A node req prefers wins if it has a
+// free slot; a node it avoids is never chosen.
 func Pick(nodes []api.Node, req Request, now time.Time, stale time.Duration, pending map[string]int) (string, error) {
 	best, bestFree := "", -1
 	var bestLoad float64
@@ -36,8 +42,11 @@ func Pick(nodes []api.Node, req Request, now time.Time, stale time.Duration, pen
 		}
 		tierSeen = true
 		free := n.Capacity.MaxSandboxes - n.Usage.Sandboxes - pending[n.ID]
-		if free <= 0 {
+		if free <= 0 || n.ID == req.Avoid {
 			continue
+		}
+		if n.ID == req.Prefer {
+			return n.ID, nil
 		}
 		if free > bestFree || (free == bestFree && n.Usage.Load1 < bestLoad) {
 			best, bestFree, bestLoad = n.ID, free, n.Usage.Load1

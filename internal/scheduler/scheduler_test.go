@@ -28,6 +28,8 @@ func TestPick(t *testing.T) {
 		name    string
 		nodes   []api.Node
 		pending map[string]int
+		prefer  string
+		avoid   string
 		want    string
 		class   errdefs.Class
 		code    string
@@ -49,12 +51,17 @@ func TestPick(t *testing.T) {
 		{name: "tier only on a stale node", nodes: []api.Node{node("a", fn, 10, 0, 0, old), node("b", []string{"container"}, 10, 0, 0, now)}, class: errdefs.Unsupported, code: api.CodeTierUnavailable},
 		{name: "full", nodes: []api.Node{node("a", fn, 2, 2, 0, now)}, class: errdefs.Unavailable, code: api.CodeCapacityExhausted},
 		{name: "full with pending", nodes: []api.Node{node("a", fn, 2, 1, 0, now)}, pending: map[string]int{"a": 1}, class: errdefs.Unavailable, code: api.CodeCapacityExhausted},
+		{name: "preferred node wins", nodes: []api.Node{node("a", fn, 10, 8, 0, now), node("b", fn, 10, 2, 0, now)}, prefer: "a", want: "a"},
+		{name: "preferred node full", nodes: []api.Node{node("a", fn, 10, 10, 0, now), node("b", fn, 10, 2, 0, now)}, prefer: "a", want: "b"},
+		{name: "preferred node without the tier", nodes: []api.Node{node("a", []string{"container"}, 10, 0, 0, now), node("b", fn, 10, 2, 0, now)}, prefer: "a", want: "b"},
+		{name: "avoided node skipped", nodes: []api.Node{node("a", fn, 10, 0, 0, now), node("b", fn, 10, 9, 0, now)}, avoid: "a", want: "b"},
+		{name: "only the avoided node", nodes: []api.Node{node("a", fn, 10, 0, 0, now)}, avoid: "a", class: errdefs.Unavailable, code: api.CodeCapacityExhausted},
 		{name: "none", class: errdefs.Unavailable, code: api.CodeNoNodes},
 		{name: "none connected", nodes: []api.Node{node("a", fn, 10, 0, 0, old), notReady}, class: errdefs.Unavailable, code: api.CodeNoNodes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Pick(tt.nodes, Request{Tier: "function", CPU: 1, MemoryMB: 256}, now, time.Minute, tt.pending)
+			got, err := Pick(tt.nodes, Request{Tier: "function", CPU: 1, MemoryMB: 256, Prefer: tt.prefer, Avoid: tt.avoid}, now, time.Minute, tt.pending)
 			if tt.class != "" {
 				if errdefs.ClassOf(err) != tt.class || errdefs.CodeOf(err) != tt.code {
 					t.Fatalf("Pick = %q, %v (%s); want %s %s", got, err, errdefs.CodeOf(err), tt.class, tt.code)

@@ -61,3 +61,16 @@ func WaitCmd(t testing.TB, cmd *exec.Cmd, d time.Duration, what string) error {
 	}
 	return nil
 }
+
+// Eventually polls cond every 20 ms until it holds, for up to d; past d
+// it fails the test, saying what it waited for.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
