@@ -147,7 +147,7 @@ type StepFile struct {
 	To        string `json:"to,omitempty"`
 	Digest    string `json:"digest,omitempty"`
 	Size      int64  `json:"size,omitempty"`
-	Mode      string `json:"mode,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
 	Parents   bool   `json:"parents,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
 }
@@ -184,6 +184,7 @@ type Snapshot struct {
 	Trajectory string    `json:"trajectory,omitempty"`
 	Step       int       `json:"step"`
 	Tier       string    `json:"tier"`
+	Image      string    `json:"image"`  // the image a sandbox from it runs
 	Layers     []string  `json:"layers"` // state layers, bottom first
 	Bytes      int64     `json:"bytes"`  // new bytes this snapshot stored
 	CreatedAt  time.Time `json:"created_at"`

@@ -36,10 +36,11 @@ type Config struct {
 	// MicroVM configures the microvm tier.
 	MicroVM MicroVM `toml:"microvm"`
 	// VM configures the vm tier.
-	VM     VM     `toml:"vm"`
-	Images Images `toml:"images"`
-	Limits Limits `toml:"limits"`
-	Audit  Audit  `toml:"audit"`
+	VM           VM           `toml:"vm"`
+	Images       Images       `toml:"images"`
+	Limits       Limits       `toml:"limits"`
+	Audit        Audit        `toml:"audit"`
+	Trajectories Trajectories `toml:"trajectories"`
 }
 
 // Audit configures the node's eBPF monitor of sandboxes.
@@ -216,6 +217,19 @@ type Limits struct {
 	DefaultOutputBytes   int               `toml:"default_output_bytes"`
 	Retention            Duration          `toml:"retention"`
 	DefaultImages        map[string]string `toml:"default_images"`
+	// NodeLost is how long a node may miss heartbeats before its
+	// sandboxes are lost (failed, or resumed elsewhere) (90s).
+	NodeLost Duration `toml:"node_lost"`
+}
+
+// Trajectories configure the trajectory log (docs/design/trajectories.md).
+type Trajectories struct {
+	// Retention keeps a trajectory's steps, blobs and head (168h).
+	Retention Duration `toml:"retention"`
+	// MaxBytes caps one trajectory's log and blobs (1 GiB).
+	MaxBytes int64 `toml:"max_bytes"`
+	// MaxForkCount caps the children of one fork (64).
+	MaxForkCount int `toml:"max_fork_count"`
 }
 
 // Duration is a time.Duration written as a string ("30s") in TOML.
