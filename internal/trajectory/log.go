@@ -1,6 +1,7 @@
 package trajectory
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -285,12 +286,18 @@ func (s *Store) Export(ctx context.Context, id string, w io.Writer) error {
 	if err != nil || !ok {
 		return err
 	}
-	return s.read(ctx, id, first.seq, -1, func(m rawStep) error {
-		if _, err := w.Write(append(m.data, '\n')); err != nil {
-			return fmt.Errorf("exporting %s: %w", id, err)
-		}
-		return nil
+	bw := bufio.NewWriter(w)
+	err = s.read(ctx, id, first.seq, -1, func(m rawStep) error {
+		bw.Write(m.data)
+		return bw.WriteByte('\n') // a write's error sticks: the last one reports it
 	})
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("exporting %s: %w", id, err)
+	}
+	return nil
 }
 
 // read calls fn with id's messages from stream sequence start on, in
