@@ -103,7 +103,6 @@ func (s *Store) room(ctx context.Context, id string) (int64, error) {
 	t := s.traj(id)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.used = time.Now()
 	if !t.loaded {
 		if err := s.loadLocked(ctx, id, t); err != nil {
 			return 0, err

@@ -62,7 +62,6 @@ func (s *Store) Append(ctx context.Context, id string, st *api.TrajectoryStep) e
 	t := s.traj(id)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.used = time.Now()
 	if !t.loaded {
 		if err := s.loadLocked(ctx, id, t); err != nil {
 			return err
@@ -137,7 +136,6 @@ func (s *Store) Room(ctx context.Context, id string) error {
 	t := s.traj(id)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.used = time.Now()
 	if !t.loaded {
 		if err := s.loadLocked(ctx, id, t); err != nil {
 			return err

@@ -24,7 +24,8 @@ type traj struct {
 	flushedStep  int
 	flushedBytes int64
 	timer        *time.Timer // a flush is due
-	used         time.Time
+
+	got time.Time // when a caller last took it; guarded by Store.mu
 }
 
 // reset forgets what is known of the log; the next append reloads it.
@@ -44,23 +45,26 @@ func (s *Store) traj(id string) *traj {
 	defer s.mu.Unlock()
 	t := s.trajs[id]
 	if t == nil {
-		if len(s.trajs) >= maxIdle {
+		if len(s.trajs) >= maxIdle && time.Since(s.swept) > 10*time.Second {
+			s.swept = time.Now()
 			s.evictLocked()
 		}
 		t = &traj{}
 		s.trajs[id] = t
 	}
+	t.got = time.Now()
 	return t
 }
 
 // evictLocked drops the state of trajectories with nothing to flush that
-// were not used for a minute; their next append reloads it.
+// no caller took for a minute (one that holds it will have locked it by
+// then); their next append reloads it.
 func (s *Store) evictLocked() {
 	for id, t := range s.trajs {
 		if !t.mu.TryLock() {
 			continue
 		}
-		if !t.dirty() && t.timer == nil && time.Since(t.used) > time.Minute {
+		if !t.dirty() && t.timer == nil && time.Since(t.got) > time.Minute {
 			delete(s.trajs, id)
 		}
 		t.mu.Unlock()

@@ -83,6 +83,7 @@ type Store struct {
 
 	mu     sync.Mutex // guards following fields
 	trajs  map[string]*traj
+	swept  time.Time // the last evictLocked
 	closed bool
 }
 
