@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -173,11 +174,23 @@ func (s *Store) Begin(ctx context.Context, h Head) error {
 		}
 		return fmt.Errorf("writing trajectory head %s: %w", h.ID, err)
 	}
+	// A head without its index entry or with old steps is half-built:
+	// remove it, so the Begin can be tried again.
+	var cu cleanup.Stack
+	defer cu.Clean()
+	cu.Add(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.heads.Purge(dctx, headKey(h.ID)); err != nil {
+			s.log.Warn("removing a half-made trajectory head", "trajectory", h.ID, "err", err)
+		}
+	})
 	if _, err := s.heads.PutString(ctx, ownerKey(h.Owner, h.ID), h.ID); err != nil {
 		return fmt.Errorf("indexing trajectory %s: %w", h.ID, err)
 	}
 	// Steps left on the subject by an earlier trajectory of this name
-	// (its head expired, or a delete stopped half-way) are not this one's.
+	// are not this one's. (Its head outlives its steps, being written
+	// after them; this is for a retention changed between the two.)
 	if _, err := s.stream.GetLastMsgForSubject(ctx, subject(h.ID)); err == nil {
 		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject(h.ID))); err != nil {
 			return fmt.Errorf("purging old steps of %s: %w", h.ID, err)
@@ -185,6 +198,7 @@ func (s *Store) Begin(ctx context.Context, h Head) error {
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("reading trajectory %s: %w", h.ID, err)
 	}
+	cu.Release()
 	t := s.traj(h.ID)
 	t.mu.Lock()
 	t.reset()
