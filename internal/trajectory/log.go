@@ -91,11 +91,12 @@ func (s *Store) Append(ctx context.Context, id string, st *api.TrajectoryStep) e
 		if st.Step <= t.lastStep {
 			return s.loggedAlready(ctx, id, st.Step, b)
 		}
-		// The log shrank (its oldest steps aged out): nobody else wrote,
-		// so publish again after the new last sequence.
-		if t.lastStep >= known || attempt > 0 {
-			return changed(id, fmt.Sprintf("was appended to by another writer (step %d is its last)", t.lastStep))
+		if t.lastStep < known && attempt == 0 {
+			// The log shrank (its oldest steps aged out): nobody else
+			// wrote, so publish again after the new last sequence.
+			continue
 		}
+		return changed(id, fmt.Sprintf("was appended to by another writer (step %d is its last)", t.lastStep))
 	}
 	t.lastSeq, t.lastStep = ack.Sequence, st.Step
 	t.bytes += int64(len(b))
@@ -104,7 +105,7 @@ func (s *Store) Append(ctx context.Context, id string, st *api.TrajectoryStep) e
 }
 
 func full(id string, max int64) error {
-	return errdefs.New(errdefs.TooLarge, api.CodeTrajectoryFull, "trajectory %q holds its maximum of %d bytes", id, max)
+	return errdefs.New(errdefs.TooLarge, api.CodeTrajectoryFull, "trajectory %q is full (it may hold %d bytes)", id, max)
 }
 
 func wrongSequence(err error) bool {
