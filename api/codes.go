@@ -295,6 +295,20 @@ const (
 	CodeDigestMismatch          = "digest_mismatch"
 	CodeInvalidRange            = "invalid_range"
 
+	// Trajectories: the log of a rollout, resume, snapshots and forks.
+	CodeInvalidTrajectoryID = "invalid_trajectory_id"
+	CodeTrajectoryNotFound  = "trajectory_not_found"
+	CodeTrajectoryExists    = "trajectory_exists"
+	CodeTrajectoryFull      = "trajectory_full"
+	CodeTrajectoryChanged   = "trajectory_changed"
+	CodeTrajectoryRunning   = "trajectory_running"
+	CodeTrajectoryInFlight  = "trajectory_in_flight"
+	CodeInvalidForkCount    = "invalid_fork_count"
+	CodeSnapshotNotFound    = "snapshot_not_found"
+	CodeSecretEnvMissing    = "secret_env_missing"
+	CodeInvalidOnDivergence = "invalid_on_divergence"
+	CodeReplayDiverged      = "replay_diverged"
+
 	// Networks.
 	CodeInvalidNetworkPolicy  = "invalid_network_policy"
 	CodeInvalidNetworkOptions = "invalid_network_options"
@@ -628,6 +642,20 @@ var ErrorCodes = []ErrorCode{
 	{CodeInvalidDigest, ClassInvalid, "a digest is not sha256:<64 hex digits>"},
 	{CodeDigestMismatch, ClassInvalid, "a blob's content does not have its digest"},
 	{CodeInvalidRange, ClassInvalid, "a blob's byte range is not valid"},
+
+	// Trajectories: the log of a rollout, resume, snapshots and forks.
+	{CodeInvalidTrajectoryID, ClassInvalid, "a trajectory ID is not 1-200 bytes of letters, digits and -_./: without \"..\" or a leading or trailing \"/\""},
+	{CodeTrajectoryNotFound, ClassNotFound, "no trajectory by that ID"},
+	{CodeTrajectoryExists, ClassConflict, "a trajectory by that ID exists already"},
+	{CodeTrajectoryFull, ClassTooLarge, "the trajectory holds its maximum of bytes; the step was not run or not logged"},
+	{CodeTrajectoryChanged, ClassConflict, "the trajectory was changed concurrently (another writer appended or updated it)"},
+	{CodeTrajectoryRunning, ClassConflict, "a running sandbox records to the trajectory: it cannot be resumed"},
+	{CodeTrajectoryInFlight, ClassUnavailable, "the command was running when its sandbox's node was lost; it is not logged as done: retry it"},
+	{CodeInvalidForkCount, ClassInvalid, "a fork count is below 1 or above the server's maximum"},
+	{CodeSnapshotNotFound, ClassNotFound, "no snapshot by that ID"},
+	{CodeSecretEnvMissing, ClassInvalid, "a resume lacks the value of a secret environment variable the create named"},
+	{CodeInvalidOnDivergence, ClassInvalid, "on_divergence is not \"stop\" or \"continue\""},
+	{CodeReplayDiverged, ClassConflict, "a replayed step's result differs from the logged one; the sandbox was kept where it diverged"},
 
 	// Networks.
 	{CodeInvalidNetworkPolicy, ClassInvalid, "a network policy is not valid"},
