@@ -2,8 +2,12 @@ package container
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
@@ -115,5 +119,45 @@ func BenchmarkStepMark(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestAuditStepTags checks that the audit events of a command run at a
+// trajectory step carry that step, and those of the next step the next:
+// the label is the step current at the event's time, whenever the
+// recorder handles it.
+func TestAuditStepTags(t *testing.T) {
+	world.get(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { checkHost(t, dir) })
+	rec, log := startAudit(t)
+	rt := newRuntime(t, dir, runtimeOptions{monitor: rec})
+	sb := createIn(t, rt, sandbox.Spec{ID: "auditsteps", Image: world.image()}, nil)
+	e := &isoEnv{audit: log}
+	for _, step := range []int{7, 8} {
+		rec.SetStep(sb.id, step, time.Now())
+		marker := fmt.Sprintf("/no-such-step-marker-%d", step)
+		run(t, sb, "/bin/ls", marker)
+		ok := func(ev api.AuditEvent) bool { return ev.Kind == "exec" && slices.Contains(ev.Argv, marker) }
+		if !waitEvent(e, sb, 10*time.Second, ok) {
+			t.Fatalf("no exec event of step %d's command", step)
+		}
+		if !e.hasEvent(sb, func(ev api.AuditEvent) bool { return ok(ev) && ev.Step == step }) {
+			t.Errorf("the exec event of step %d's command is not tagged with it", step)
+		}
+		if e.hasEvent(sb, func(ev api.AuditEvent) bool { return ok(ev) && ev.Step != step }) {
+			t.Errorf("an exec event of step %d's command has another step", step)
+		}
+	}
+	rec.ForgetSteps(sb.id)
+	run(t, sb, "/bin/ls", "/no-such-step-marker-none")
+	ok := func(ev api.AuditEvent) bool {
+		return ev.Kind == "exec" && slices.Contains(ev.Argv, "/no-such-step-marker-none")
+	}
+	if !waitEvent(e, sb, 10*time.Second, ok) {
+		t.Fatal("no exec event of the command without a step")
+	}
+	if e.hasEvent(sb, func(ev api.AuditEvent) bool { return ok(ev) && ev.Step != 0 }) {
+		t.Error("an event after the steps were forgotten has a step")
 	}
 }

@@ -94,6 +94,7 @@ func (a *Service) handleExec(ctx context.Context, m *nats.Msg) {
 		sreq.Stdout = streamWriter{stream, api.EventStdout}
 		sreq.Stderr = streamWriter{stream, api.EventStderr}
 	}
+	a.beginStepAt(req.ID, req.Step)
 	var step *stepTrack
 	if req.Track {
 		if step, err = a.beginStep(ctx, sb, tier); err != nil {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/sandbox"
@@ -43,4 +44,12 @@ func (a *Service) endStep(ctx context.Context, sb sandbox.Sandbox, st *stepTrack
 		return &noderpc.StepInfo{Tracked: true, Why: sandbox.WhyUnknown}
 	}
 	return &noderpc.StepInfo{Tracked: true, Pure: pure, Why: why}
+}
+
+// beginStepAt records that sandbox id's trajectory step began now (0:
+// the request is of no step), for its audit events.
+func (a *Service) beginStepAt(id string, step int) {
+	if step > 0 && a.opt.Steps != nil {
+		a.opt.Steps.SetStep(id, step, time.Now())
+	}
 }

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -75,7 +77,8 @@ func TestExecStep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := New(Options{ID: "n1", Registry: reg, Heartbeat: time.Hour})
+	lab := &labeler{}
+	a, err := New(Options{ID: "n1", Registry: reg, Heartbeat: time.Hour, Steps: lab})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +131,37 @@ func TestExecStep(t *testing.T) {
 	if info.Tracked || info.Pure || !strings.Contains(info.Why, "microvm") {
 		t.Errorf("ExecStep on a tier without tracking: %+v, want not tracked, naming the tier", info)
 	}
+	// The steps reach the audit labeler: ExecStep's, and Exec's through
+	// WithStep; a destroy forgets them.
+	if _, err := c.Exec(noderpc.WithStep(ctx, 9), "n1", "sb", api.ExecRequest{Cmd: []string{"read"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Destroy(ctx, "n1", "sb"); err != nil {
+		t.Fatal(err)
+	}
+	lab.mu.Lock()
+	defer lab.mu.Unlock()
+	if want := []string{"sb:3", "sb:3", "sb:3", "sb:4", "vm:5", "sb:9", "forget sb"}; !slices.Equal(lab.seen, want) {
+		t.Errorf("labeler saw %v, want %v", lab.seen, want)
+	}
+}
+
+// labeler records what the node tells the audit recorder.
+type labeler struct {
+	mu   sync.Mutex // guards following fields
+	seen []string
+}
+
+func (l *labeler) SetStep(id string, step int, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, fmt.Sprintf("%s:%d", id, step))
+}
+
+func (l *labeler) ForgetSteps(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, "forget "+id)
 }
 
 // stepSandboxNoTrack runs commands but cannot track steps.
