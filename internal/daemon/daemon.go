@@ -21,8 +21,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	wire "github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/audit"
+	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/config"
 	"github.com/dsec-dev/dsec/internal/controlplane"
