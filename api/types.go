@@ -131,9 +131,12 @@ type Phase struct {
 // monitor saw (an exec, or a watched system call and its result), and the
 // rule it hit, if any.
 type AuditEvent struct {
-	Sandbox string    `json:"sandbox"`
-	Phase   string    `json:"phase,omitempty"`
-	Time    time.Time `json:"time"`
+	Sandbox string `json:"sandbox"`
+	Phase   string `json:"phase,omitempty"`
+	// Step is the trajectory step current at the event's time (0: none,
+	// or a sandbox without a trajectory).
+	Step int       `json:"step,omitempty"`
+	Time time.Time `json:"time"`
 	// Pid is the process's host pid; UID its host uid; Comm its name.
 	Pid  uint32 `json:"pid"`
 	UID  uint32 `json:"uid"`

@@ -57,6 +57,8 @@ type Recorder struct {
 
 	mu      sync.Mutex // guards watched
 	watched map[uint64]*watch
+
+	steps steps // each sandbox's trajectory steps (steps.go)
 }
 
 type watch struct {
@@ -158,6 +160,7 @@ func (r *Recorder) event(w *watch, e monitor.Event) api.AuditEvent {
 	if w.phase != nil {
 		out.Phase = w.phase(e.Time)
 	}
+	out.Step = r.steps.stepAt(w.sandbox, e.Time)
 	if e.Addr.IsValid() {
 		out.Addr = e.Addr.String()
 	}

@@ -2,8 +2,10 @@ package audit
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/monitor"
@@ -40,5 +42,30 @@ func TestRecordSandboxEnded(t *testing.T) {
 	if e.Sandbox != "sb-1" || e.Phase != "coding" || e.Kind != "sandbox-ended" || e.Rule != "sandbox-ended" ||
 		e.Severity != "high" || e.Verdict != "failed" || e.Detail != "agent_exited: killed by SIGKILL" || e.Pid != 42 || e.Result != 9 {
 		t.Errorf("event %+v", e)
+	}
+}
+
+// TestStepLabels: an event gets the step current at its time, however
+// late it is handled; a sandbox without steps, or whose steps were
+// forgotten, gets none; steps do not go back.
+func TestStepLabels(t *testing.T) {
+	sink := &memSink{}
+	r := NewRecorder(nil, nil, sink, nil)
+	t0 := time.Now()
+	r.SetStep("sb", 7, t0)
+	r.SetStep("sb", 8, t0.Add(time.Second))
+	r.SetStep("sb", 3, t0.Add(2*time.Second)) // out of order: ignored
+	for _, at := range []time.Duration{-time.Second, 0, 500 * time.Millisecond, time.Second, 3 * time.Second} {
+		r.Record("sb", "", monitor.Event{Kind: monitor.KindFileAPI, Time: t0.Add(at)})
+	}
+	r.Record("other", "", monitor.Event{Kind: monitor.KindFileAPI, Time: t0.Add(time.Second)})
+	r.ForgetSteps("sb")
+	r.Record("sb", "", monitor.Event{Kind: monitor.KindFileAPI, Time: t0.Add(time.Second)})
+	var got []int
+	for _, e := range sink.events {
+		got = append(got, e.Step)
+	}
+	if want := []int{0, 7, 7, 8, 8, 0, 0}; !slices.Equal(got, want) {
+		t.Errorf("steps %v, want %v", got, want)
 	}
 }

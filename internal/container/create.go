@@ -214,6 +214,14 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	}
 	cu.Add(releaseRoot)
 	defer rootFD.Close()
+	// A handle on the upper, for step marks and snapshots (steps.go):
+	// the only way to it once it is detached. It holds the tmpfs too,
+	// until Destroy closes it.
+	upperRoot, err := os.OpenRoot(upper)
+	if err != nil {
+		return nil, fmt.Errorf("opening the writable layer: %w", err)
+	}
+	cu.Add(func() { upperRoot.Close() })
 	// The overlay holds its upper: the tmpfs leaves the table too, and
 	// goes with the last mount of the root.
 	if err := sys.DetachMount(upper); err != nil {
@@ -312,7 +320,7 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 		return nil, err
 	}
 	cu.Release()
-	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, agent: agentsandbox.NewAgent(Tier, spec.ID, client), cg: cg, wait: wait, releaseRoot: releaseRoot}, nil
+	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, agent: agentsandbox.NewAgent(Tier, spec.ID, client), cg: cg, wait: wait, releaseRoot: releaseRoot, upper: upperRoot}, nil
 }
 
 func (r *Runtime) limits(spec sandbox.Spec) cgroups.Limits {

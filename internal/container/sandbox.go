@@ -28,6 +28,11 @@ type Sandbox struct {
 	cg          *cgroups.Group
 	wait        func() // waits for PID 1 to exit (no-op for adopted ones)
 	releaseRoot func() // drops the root's layer references
+	// umu guards upper, the writable layer's tmpfs (nil in a sandbox
+	// adopted after a node restart: it was detached and the handle went
+	// with the old node, and after Destroy); see steps.go.
+	umu   sync.Mutex
+	upper *os.Root
 
 	// phaseMu orders phase changes (writers) against reads of the
 	// current phase; state is replaced, never changed, under it.
@@ -191,6 +196,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	// mounts were in its namespace).
 	s.wait()
 	s.releaseRoot()
+	s.closeUpper()
 	// Its user namespace went with its last process.
 	s.rt.owners.release(s.state.Owner)
 	if err := s.rt.opt.Network.Release(ctx, s.id); err != nil {

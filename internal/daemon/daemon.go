@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	wire "github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/audit"
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/config"
@@ -111,6 +112,9 @@ type daemon struct {
 	st   *store.Store
 	node *node.Service
 	mgr  *controlplane.Manager
+	// rec is the audit recorder (nil without [audit]); the node tells it
+	// trajectory steps.
+	rec *audit.Recorder
 }
 
 func (d *daemon) start(ctx context.Context, cu *cleanup.Stack) error {
@@ -268,13 +272,17 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	agent, err := node.New(node.Options{
+	nopt := node.Options{
 		ID: d.cfg.Node.ID, Registry: reg, Logger: d.log, Version: d.build.Version, MaxSandboxes: d.cfg.Node.MaxSandboxes,
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "state"), Layers: layers,
 		Monitor: d.info.Monitor, Guard: d.info.Guard,
 		Starts: node.StartLimits{Slots: d.cfg.Node.MaxStarts, Queue: d.cfg.Node.StartQueue,
 			Wait: time.Duration(d.cfg.Node.StartWaitS) * time.Second},
-	})
+	}
+	if d.rec != nil {
+		nopt.Steps = d.rec
+	}
+	agent, err := node.New(nopt)
 	if err != nil {
 		return err
 	}

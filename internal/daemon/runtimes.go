@@ -58,6 +58,7 @@ func (d *daemon) runtimes(ctx context.Context, layers *layercache.Cache) (*sandb
 		return nil, nil, nil, err
 	}
 	cu.Add(closeAudit)
+	d.rec = rec
 	fopt := function.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", "function"),
 		CacheDir: d.cfg.Node.FunctionCacheDir,

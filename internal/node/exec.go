@@ -43,8 +43,8 @@ func (s *execStream) chunks(kind string, data []byte) {
 	}
 }
 
-func (s *execStream) exit(res api.ExecResult) {
-	body, _ := json.Marshal(res)
+func (s *execStream) exit(res api.ExecResult, info *noderpc.StepInfo) {
+	body, _ := json.Marshal(noderpc.ExitMessage{ExecResult: res, StepInfo: info})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sendLocked(api.EventExit, body)
@@ -69,7 +69,7 @@ func (a *Service) handleExec(ctx context.Context, m *nats.Msg) {
 		a.replyErr(m, err)
 		return
 	}
-	sb, _, err := a.lookup(req.ID)
+	sb, tier, err := a.lookup(req.ID)
 	if err != nil {
 		a.replyErr(m, err)
 		return
@@ -94,10 +94,22 @@ func (a *Service) handleExec(ctx context.Context, m *nats.Msg) {
 		sreq.Stdout = streamWriter{stream, api.EventStdout}
 		sreq.Stderr = streamWriter{stream, api.EventStderr}
 	}
+	a.beginStepAt(req.ID, req.Step)
+	var step *stepTrack
+	if req.Track {
+		if step, err = a.beginStep(ctx, sb, tier); err != nil {
+			a.replyErr(m, err)
+			return
+		}
+	}
 	res, err := sb.Exec(ctx, sreq)
 	if err != nil {
 		a.replyErr(m, err)
 		return
+	}
+	var info *noderpc.StepInfo
+	if step != nil {
+		info = a.endStep(ctx, sb, step)
 	}
 	if req.Stream {
 		res.Stdout, res.Stderr = "", ""
@@ -108,7 +120,7 @@ func (a *Service) handleExec(ctx context.Context, m *nats.Msg) {
 		stream.chunks(api.EventStderr, []byte(res.Stderr))
 		res.Stdout, res.Stderr = "", ""
 	}
-	stream.exit(res)
+	stream.exit(res, info)
 }
 
 func (a *Service) cancelCall(call string) {

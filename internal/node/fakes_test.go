@@ -32,6 +32,8 @@ type fakeRuntime struct {
 	// onRecover, if set, runs in Recover before it returns.
 	onRecover func()
 	onEnd     func(sandbox.Ended)
+	// wrap, if set, makes what Create returns from the fake sandbox.
+	wrap func(*fakeSandbox) sandbox.Sandbox
 }
 
 func newFakeRuntime(tier string) *fakeRuntime {
@@ -59,7 +61,11 @@ func (r *fakeRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sa
 	sb := &fakeSandbox{id: spec.ID}
 	r.mu.Lock()
 	r.made[spec.ID] = sb
+	wrap := r.wrap
 	r.mu.Unlock()
+	if wrap != nil {
+		return wrap(sb), nil
+	}
 	return sb, nil
 }
 

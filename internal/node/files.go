@@ -90,6 +90,7 @@ func (a *Service) fileMkdir(ctx context.Context, r noderpc.FileRequest) (api.Fil
 	if err != nil {
 		return api.FileInfo{}, err
 	}
+	a.beginStepAt(r.ID, r.Step)
 	return fs.Mkdir(ctx, r.Path, r.Parents)
 }
 
@@ -98,6 +99,7 @@ func (a *Service) fileRemove(ctx context.Context, r noderpc.FileRequest) error {
 	if err != nil {
 		return err
 	}
+	a.beginStepAt(r.ID, r.Step)
 	return fs.Remove(ctx, r.Path, r.Recursive)
 }
 
@@ -106,6 +108,7 @@ func (a *Service) fileRename(ctx context.Context, r noderpc.FileRequest) (api.Fi
 	if err != nil {
 		return api.FileInfo{}, err
 	}
+	a.beginStepAt(r.ID, r.Step)
 	return fs.Rename(ctx, r.Path, r.To)
 }
 
@@ -212,6 +215,7 @@ func (a *Service) handleWrite(ctx context.Context, m *nats.Msg) {
 			a.replyErr(m, err)
 			return
 		}
+		a.beginStepAt(r.ID, r.Step)
 		h = nats.NewInbox()[len("_INBOX."):]
 		ws = a.startWrite(r, fs)
 		a.mu.Lock()

@@ -71,6 +71,7 @@ func (a *Service) procStart(ctx context.Context, r noderpc.ExecRequest) (api.Pro
 	if err != nil {
 		return api.Process{}, err
 	}
+	a.beginStepAt(r.ID, r.Step)
 	p, err := pr.StartProcess(ctx, sandbox.ExecRequest{ExecRequest: r.Req})
 	if err != nil {
 		return api.Process{}, err

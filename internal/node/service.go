@@ -46,6 +46,16 @@ type Options struct {
 	// Monitor and Guard are the states of the node's eBPF monitor and
 	// cgroup-bpf guard, for its status.
 	Monitor, Guard string
+	// Steps, if set, is told each sandbox's trajectory steps as they
+	// begin, to tag audit events with them (the audit recorder).
+	Steps StepLabeler
+}
+
+// StepLabeler labels a sandbox's audit events with the trajectory step
+// current at their time.
+type StepLabeler interface {
+	SetStep(id string, step int, at time.Time)
+	ForgetSteps(id string)
 }
 
 // heartbeatSink is where heartbeats go (the store's node bucket).
@@ -326,6 +336,9 @@ func (a *Service) releaser(id string, release func()) func() {
 	return func() {
 		once.Do(func() {
 			release()
+			if a.opt.Steps != nil {
+				a.opt.Steps.ForgetSteps(id)
+			}
 			if a.state != nil {
 				a.state.remove(id)
 			}

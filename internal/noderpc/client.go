@@ -97,6 +97,19 @@ type Output struct {
 // is given, output is streamed to it as produced and the result's Stdout
 // and Stderr are empty. Cancelling ctx cancels the command on the node.
 func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest, out *Output) (api.ExecResult, error) {
+	res, _, err := c.exec(ctx, node, ExecRequest{ID: id, Req: req, Stream: out != nil, Step: StepOf(ctx)}, out)
+	return res, err
+}
+
+// ExecStep is Exec of trajectory step step (its audit events are tagged
+// with it) that also says whether the command was pure. It costs the
+// node a look at the sandbox's writable state before and after.
+func (c *Client) ExecStep(ctx context.Context, node, id string, step int, req api.ExecRequest, out *Output) (api.ExecResult, StepInfo, error) {
+	return c.exec(ctx, node, ExecRequest{ID: id, Req: req, Stream: out != nil, Step: step, Track: true}, out)
+}
+
+func (c *Client) exec(ctx context.Context, node string, ereq ExecRequest, out *Output) (api.ExecResult, StepInfo, error) {
+	req := ereq.Req
 	if _, ok := ctx.Deadline(); !ok {
 		// A node that dies mid-call never answers; bound the wait.
 		var cancel context.CancelFunc
@@ -105,17 +118,18 @@ func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest,
 	}
 	n := strconv.FormatUint(c.calls.Add(1), 36)
 	call := c.prefix + "." + n
-	body, err := json.Marshal(ExecRequest{ID: id, Call: call, Req: req, Stream: out != nil})
+	ereq.Call = call
+	body, err := json.Marshal(ereq)
 	if err != nil {
-		return api.ExecResult{}, fmt.Errorf("encoding exec request: %w", err)
+		return api.ExecResult{}, StepInfo{}, fmt.Errorf("encoding exec request: %w", err)
 	}
 	inbox, q, err := c.mux.open(n)
 	if err != nil {
-		return api.ExecResult{}, mapNATSError(node, err)
+		return api.ExecResult{}, StepInfo{}, mapNATSError(node, err)
 	}
 	defer c.mux.close(n)
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: Subject(node, OpExec), Reply: inbox, Data: body}); err != nil {
-		return api.ExecResult{}, mapNATSError(node, err)
+		return api.ExecResult{}, StepInfo{}, mapNATSError(node, err)
 	}
 	var (
 		stdout, stderr []byte
@@ -126,17 +140,17 @@ func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest,
 		if err != nil {
 			if ctx.Err() != nil {
 				c.cancel(node, call)
-				return api.ExecResult{}, ctx.Err()
+				return api.ExecResult{}, StepInfo{}, ctx.Err()
 			}
-			return api.ExecResult{}, mapNATSError(node, err)
+			return api.ExecResult{}, StepInfo{}, mapNATSError(node, err)
 		}
 		if err := DecodeError(msg); err != nil {
-			return api.ExecResult{}, err
+			return api.ExecResult{}, StepInfo{}, err
 		}
 		seq++
 		if got := msg.Header.Get(HdrSeq); got != strconv.Itoa(seq) {
 			c.cancel(node, call)
-			return api.ExecResult{}, errdefs.New(errdefs.Unavailable, api.CodeStreamBroken, "output from node %s arrived out of order (message %q, expected %d)", node, got, seq)
+			return api.ExecResult{}, StepInfo{}, errdefs.New(errdefs.Unavailable, api.CodeStreamBroken, "output from node %s arrived out of order (message %q, expected %d)", node, got, seq)
 		}
 		switch msg.Header.Get(HdrKind) {
 		case api.EventStdout:
@@ -152,9 +166,14 @@ func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest,
 				stderr = append(stderr, msg.Data...)
 			}
 		case api.EventExit:
-			var res api.ExecResult
-			if err := json.Unmarshal(msg.Data, &res); err != nil {
-				return res, fmt.Errorf("decoding exec result from node %s: %w", node, err)
+			var exit ExitMessage
+			if err := json.Unmarshal(msg.Data, &exit); err != nil {
+				return exit.ExecResult, StepInfo{}, fmt.Errorf("decoding exec result from node %s: %w", node, err)
+			}
+			res := exit.ExecResult
+			var info StepInfo
+			if exit.StepInfo != nil {
+				info = *exit.StepInfo
 			}
 			if len(stdout) > 0 {
 				res.Stdout = string(stdout) + res.Stdout
@@ -162,9 +181,9 @@ func (c *Client) Exec(ctx context.Context, node, id string, req api.ExecRequest,
 			if len(stderr) > 0 {
 				res.Stderr = string(stderr) + res.Stderr
 			}
-			return res, nil
+			return res, info, nil
 		default:
-			return api.ExecResult{}, errdefs.New(errdefs.Internal, api.CodeBadReply, "unexpected message kind %q from node %s", msg.Header.Get(HdrKind), node)
+			return api.ExecResult{}, StepInfo{}, errdefs.New(errdefs.Internal, api.CodeBadReply, "unexpected message kind %q from node %s", msg.Header.Get(HdrKind), node)
 		}
 	}
 }

@@ -29,19 +29,19 @@ func (c *Client) Stat(ctx context.Context, node, id, path string) (api.FileInfo,
 // Mkdir makes a directory.
 func (c *Client) Mkdir(ctx context.Context, node, id, path string, parents bool) (api.FileInfo, error) {
 	var fi api.FileInfo
-	err := c.request(ctx, node, OpFileMkdir, FileRequest{ID: id, Path: path, Parents: parents}, &fi)
+	err := c.request(ctx, node, OpFileMkdir, FileRequest{ID: id, Path: path, Parents: parents, Step: StepOf(ctx)}, &fi)
 	return fi, err
 }
 
 // Remove removes a file or directory.
 func (c *Client) Remove(ctx context.Context, node, id, path string, recursive bool) error {
-	return c.request(ctx, node, OpFileRemove, FileRequest{ID: id, Path: path, Recursive: recursive}, nil)
+	return c.request(ctx, node, OpFileRemove, FileRequest{ID: id, Path: path, Recursive: recursive, Step: StepOf(ctx)}, nil)
 }
 
 // Rename renames a file or directory.
 func (c *Client) Rename(ctx context.Context, node, id, from, to string) (api.FileInfo, error) {
 	var fi api.FileInfo
-	err := c.request(ctx, node, OpFileRename, FileRequest{ID: id, Path: from, To: to}, &fi)
+	err := c.request(ctx, node, OpFileRename, FileRequest{ID: id, Path: from, To: to, Step: StepOf(ctx)}, &fi)
 	return fi, err
 }
 
@@ -108,6 +108,9 @@ func (r *remoteReader) Close() error {
 // exhausted. Nothing is written if r fails or ctx ends.
 func (c *Client) WriteFile(ctx context.Context, node, id, path string, r io.Reader, opt FileRequest) (api.FileInfo, error) {
 	opt.ID, opt.Path = id, path
+	if opt.Step == 0 {
+		opt.Step = StepOf(ctx)
+	}
 	buf := make([]byte, ChunkSize)
 	var handle string
 	for {

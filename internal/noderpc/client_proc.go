@@ -6,10 +6,11 @@ import (
 	"github.com/dsec-dev/dsec/api"
 )
 
-// StartProcess starts a background process.
+// StartProcess starts a background process (of the step WithStep put in
+// ctx, if any).
 func (c *Client) StartProcess(ctx context.Context, node, id string, req api.ExecRequest) (api.Process, error) {
 	var p api.Process
-	err := c.request(ctx, node, OpProcStart, ExecRequest{ID: id, Req: req}, &p)
+	err := c.request(ctx, node, OpProcStart, ExecRequest{ID: id, Req: req, Step: StepOf(ctx)}, &p)
 	return p, err
 }
 

@@ -147,6 +147,29 @@ type ExecRequest struct {
 	Req  api.ExecRequest `json:"req"`
 	// Stream asks for output chunks as they are produced.
 	Stream bool `json:"stream,omitempty"`
+	// Step is the trajectory step the command is (0: none); the node
+	// tags the audit events of the command's time with it.
+	Step int `json:"step,omitempty"`
+	// Track asks whether the command was pure (StepInfo in the exit
+	// message). Untracked commands cost nothing extra.
+	Track bool `json:"track,omitempty"`
+}
+
+// StepInfo says whether a tracked command was pure: it changed nothing
+// a later step could see (see sandbox.StepTracker). Tracked is false on
+// tiers that cannot tell (Why says so); such a step is not pure.
+type StepInfo struct {
+	Tracked bool   `json:"tracked"`
+	Pure    bool   `json:"pure"`
+	Why     string `json:"why,omitempty"`
+}
+
+// ExitMessage is the body of an exec reply's exit message: the result
+// and, for a tracked command, its StepInfo (a client that does not know
+// the field reads the result alone).
+type ExitMessage struct {
+	api.ExecResult
+	StepInfo *StepInfo `json:"step_info,omitempty"`
 }
 
 // CancelRequest cancels a call.
@@ -180,6 +203,9 @@ type FileRequest struct {
 	// Final marks the last chunk of a write (its data is the message
 	// payload after the JSON header line).
 	Final bool `json:"final,omitempty"`
+	// Step is the trajectory step the operation is (0: none), for the
+	// audit events of its time.
+	Step int `json:"step,omitempty"`
 }
 
 // OpenResponse is the reply to fs.open.

@@ -1,0 +1,97 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/dsec-dev/dsec/internal/sandbox"
+)
+
+var _ sandbox.StepTracker = (*Sandbox)(nil)
+
+// unknownUpper is why a sandbox adopted after a node restart cannot
+// judge its steps: its upper was detached from every mount table, and
+// the handle on it went with the node that made it.
+const unknownUpper = "the node restarted since the sandbox was created: its writable layer is out of the node's reach"
+
+// BeginStep implements sandbox.StepTracker: a digest of every entry of
+// the upper tmpfs, and the processes of the sandbox's cgroup.
+func (s *Sandbox) BeginStep(ctx context.Context) (sandbox.StepMark, error) {
+	return s.mark(ctx)
+}
+
+// EndStep implements sandbox.StepTracker.
+func (s *Sandbox) EndStep(ctx context.Context, before sandbox.StepMark) (bool, string, error) {
+	if before.Unknown != "" {
+		return false, sandbox.WhyUnknown, nil
+	}
+	after, err := s.mark(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	pure, why := sandbox.CompareMarks(before, after)
+	return pure, why, nil
+}
+
+func (s *Sandbox) mark(ctx context.Context) (sandbox.StepMark, error) {
+	var m sandbox.StepMark
+	s.umu.Lock()
+	if s.upper == nil {
+		s.umu.Unlock()
+		if err := s.checkLive(); err != nil {
+			return m, err
+		}
+		m.Unknown = unknownUpper
+		return m, nil
+	}
+	tree, _, err := sandbox.TreeMark(ctx, s.upper)
+	s.umu.Unlock()
+	if err != nil {
+		return m, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	m.Tree = tree
+	if m.Procs, err = s.liveProcs(); err != nil {
+		return m, fmt.Errorf("sandbox %s: listing its processes: %w", s.id, err)
+	}
+	return m, nil
+}
+
+// liveProcs lists the sandbox's processes, sorted, without zombies (a
+// command's child that exited and is not reaped yet is not state).
+func (s *Sandbox) liveProcs() ([]int, error) {
+	procs, err := s.cg.Procs()
+	if err != nil {
+		return nil, err
+	}
+	out := procs[:0]
+	for _, p := range procs {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); err == nil && !zombie(b) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// checkLive fails once the sandbox is destroyed.
+func (s *Sandbox) checkLive() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return sandbox.ErrGone(s.id)
+	}
+	return nil
+}
+
+// closeUpper drops the handle on the upper (its tmpfs goes once the
+// overlay has gone too).
+func (s *Sandbox) closeUpper() {
+	s.umu.Lock()
+	defer s.umu.Unlock()
+	if s.upper != nil {
+		s.upper.Close()
+		s.upper = nil
+	}
+}
