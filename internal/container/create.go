@@ -217,11 +217,11 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	// A handle on the upper, for step marks and snapshots (steps.go):
 	// the only way to it once it is detached. It holds the tmpfs too,
 	// until Destroy closes it.
-	upperRoot, err := os.OpenRoot(upper)
+	upperDir, upperRoot, err := openUpper(filepath.Join(upper, "upper"))
 	if err != nil {
-		return nil, fmt.Errorf("opening the writable layer: %w", err)
+		return nil, err
 	}
-	cu.Add(func() { upperRoot.Close() })
+	cu.Add(func() { upperRoot.Close(); upperDir.Close() })
 	// The overlay holds its upper: the tmpfs leaves the table too, and
 	// goes with the last mount of the root.
 	if err := sys.DetachMount(upper); err != nil {
@@ -320,7 +320,7 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 		return nil, err
 	}
 	cu.Release()
-	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, agent: agentsandbox.NewAgent(Tier, spec.ID, client), cg: cg, wait: wait, releaseRoot: releaseRoot, upper: upperRoot}, nil
+	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, agent: agentsandbox.NewAgent(Tier, spec.ID, client), cg: cg, wait: wait, releaseRoot: releaseRoot, upper: upperRoot, upperDir: upperDir}, nil
 }
 
 func (r *Runtime) limits(spec sandbox.Spec) cgroups.Limits {

@@ -31,8 +31,9 @@ type Sandbox struct {
 	// umu guards upper, the writable layer's tmpfs (nil in a sandbox
 	// adopted after a node restart: it was detached and the handle went
 	// with the old node, and after Destroy); see steps.go.
-	umu   sync.Mutex
-	upper *os.Root
+	umu      sync.Mutex
+	upper    *os.Root
+	upperDir *os.File // the same directory, for paths through /proc/self/fd
 
 	// phaseMu orders phase changes (writers) against reads of the
 	// current phase; state is replaced, never changed, under it.

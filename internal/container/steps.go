@@ -92,6 +92,26 @@ func (s *Sandbox) closeUpper() {
 	defer s.umu.Unlock()
 	if s.upper != nil {
 		s.upper.Close()
-		s.upper = nil
+		s.upperDir.Close()
+		s.upper, s.upperDir = nil, nil
 	}
 }
+
+// openUpper opens the overlay's upper directory (in the upper tmpfs)
+// twice: as a directory, whose /proc/self/fd path reaches it once it is
+// detached, and as an os.Root through that path.
+func openUpper(dir string) (*os.File, *os.Root, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening the writable layer: %w", err)
+	}
+	r, err := os.OpenRoot(fdPath(f))
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("opening the writable layer: %w", err)
+	}
+	return f, r, nil
+}
+
+// fdPath is the path of f's directory through /proc/self/fd.
+func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }

@@ -282,6 +282,8 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 	if d.rec != nil {
 		nopt.Steps = d.rec
 	}
+	// Snapshots store their layers where layers are fetched from.
+	nopt.Blobs = blobs
 	agent, err := node.New(nopt)
 	if err != nil {
 		return err

@@ -242,6 +242,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			r.log.Warn("function sandboxes get plain workspace directories: their disk caps are not enforced", "err", err)
 		})
 	}
+	// A snapshot's image brings the workspace it was taken of.
+	if err := seedWorkspace(spec.Image.Root, work); err != nil {
+		return nil, err
+	}
 	if err := createState(dir, stateFile{Version: 1, Spec: spec, Tmpfs: tmpfs}); err != nil {
 		return nil, err
 	}

@@ -49,6 +49,13 @@ type Options struct {
 	// Steps, if set, is told each sandbox's trajectory steps as they
 	// begin, to tag audit events with them (the audit recorder).
 	Steps StepLabeler
+	// Blobs is the blob store layers are fetched from, where snapshots
+	// store theirs; without it snapshots are refused.
+	Blobs blobPutter
+	// SnapshotDir holds snapshots' scratch files (a copy of the state and
+	// the layer built from it); default <StateDir>/../snapshots, else the
+	// system's temporary directory.
+	SnapshotDir string
 }
 
 // StepLabeler labels a sandbox's audit events with the trajectory step
@@ -86,6 +93,9 @@ type Service struct {
 
 	gmu   sync.Mutex       // guards following field
 	gates map[string]*gate // admission of creates, by tier
+
+	smu   sync.Mutex            // guards following field
+	snaps map[string]*snapState // each sandbox's last snapshot (snapshot.go)
 
 	sem    chan struct{}
 	wg     sync.WaitGroup // request handlers and background loops
@@ -336,6 +346,7 @@ func (a *Service) releaser(id string, release func()) func() {
 	return func() {
 		once.Do(func() {
 			release()
+			a.forgetSnapshots(id)
 			if a.opt.Steps != nil {
 				a.opt.Steps.ForgetSteps(id)
 			}

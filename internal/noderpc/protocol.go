@@ -49,6 +49,7 @@ const (
 	OpFileRename = "fs.rename"
 	OpStats      = "stats"
 	OpSetPhase   = "phase"
+	OpSnapshot   = "snapshot"
 )
 
 // Headers.
@@ -261,4 +262,32 @@ func mapNATSError(node string, err error) error {
 		return errdefs.Wrap(errdefs.Unavailable, api.CodeBusClosed, err, "control plane is shutting down")
 	}
 	return fmt.Errorf("node %s: %w", node, err)
+}
+
+// SnapshotRequest asks for a snapshot of sandbox ID's writable state
+// (OpSnapshot). Full ignores what the node's last snapshot of it stored.
+type SnapshotRequest struct {
+	ID   string `json:"id"`
+	Full bool   `json:"full,omitempty"`
+}
+
+// SnapshotReply is the state layer a snapshot made, stored in the
+// node's blob store. Stacked on the sandbox's image layers and its
+// earlier state layers (all of them since the last Full one, in order),
+// it gives the sandbox's file system as it was. Full says the layer
+// stands on the image layers alone: the request asked so, or the node
+// had no index of an earlier snapshot (it restarted).
+type SnapshotReply struct {
+	Layer LayerRef `json:"layer"`
+	Full  bool     `json:"full"`
+	// Bytes are the bytes the blob store did not hold before; Files the
+	// entries the layer holds (whiteouts included).
+	Bytes int64 `json:"bytes"`
+	Files int   `json:"files"`
+	// Entries is the size of the writable state, in entries.
+	Entries int `json:"entries"`
+	// FrozenMS is how long the sandbox was held still; TotalMS the whole
+	// snapshot's time (the layer's build and upload after the thaw).
+	FrozenMS float64 `json:"frozen_ms"`
+	TotalMS  float64 `json:"total_ms"`
 }

@@ -52,7 +52,7 @@ func BuildDir(ctx context.Context, src, outDir string, opt BuildOptions) (Artifa
 	if err := prepareOutDir(outDir); err != nil {
 		return Artifact{}, err
 	}
-	a, err := buildDir(ctx, bin, version, root, outDir)
+	a, err := buildDir(ctx, bin, version, root, outDir, false)
 	if err != nil {
 		cleanOutDir(outDir)
 		return Artifact{}, err
@@ -60,13 +60,19 @@ func BuildDir(ctx context.Context, src, outDir string, opt BuildOptions) (Artifa
 	return a, nil
 }
 
-func buildDir(ctx context.Context, bin, version, root, outDir string) (Artifact, error) {
-	digest, err := TreeDigest(ctx, root)
+// buildDir builds root; state builds a state layer (see BuildState).
+func buildDir(ctx context.Context, bin, version, root, outDir string, state bool) (Artifact, error) {
+	digest, err := treeDigest(ctx, root, state)
 	if err != nil {
 		return Artifact{}, err
 	}
-	// The options that shape the output. Paths do not.
-	opts := []string{"-T0", "-U" + uuidFromDigest(digest), "--chunksize=" + strconv.Itoa(ChunkSize), "--blobdev"}
+	// The options that shape the output. Paths do not. A state layer
+	// keeps its files' modification times (build tools compare them).
+	times, kind := "-T0", SourceDir
+	if state {
+		times, kind = "--preserve-mtime", SourceState
+	}
+	opts := []string{times, "-U" + uuidFromDigest(digest), "--chunksize=" + strconv.Itoa(ChunkSize), "--blobdev"}
 	meta, blob := filepath.Join(outDir, MetaFile), filepath.Join(outDir, BlobFile)
 	args := []string{"--quiet", opts[0], opts[1], opts[2], "--blobdev=" + blob, meta, root}
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -82,7 +88,7 @@ func buildDir(ctx context.Context, bin, version, root, outDir string) (Artifact,
 	if err := normalizeMeta(meta); err != nil {
 		return Artifact{}, err
 	}
-	return finish(ctx, outDir, Source{Kind: SourceDir, Digest: digest},
+	return finish(ctx, outDir, Source{Kind: kind, Digest: digest},
 		Builder{Name: "mkfs.erofs", Version: version, Options: opts})
 }
 

@@ -24,6 +24,7 @@ const (
 	SourceTar    = layerspec.SourceTar
 	SourceOCI    = layerspec.SourceOCI
 	SourceDocker = layerspec.SourceDocker
+	SourceState  = layerspec.SourceState
 )
 
 // The manifest types (aliases of package layerspec's).

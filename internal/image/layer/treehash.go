@@ -32,8 +32,15 @@ import (
 // Device nodes, FIFOs and sockets are refused with errdefs.Invalid (codes
 // "device_node" and "special_file"): layers do not carry them.
 func TreeDigest(ctx context.Context, root string) (string, error) {
+	return treeDigest(ctx, root, false)
+}
+
+// treeDigest is TreeDigest; with whiteouts, character devices 0/0
+// (overlay whiteouts) are accepted and hashed as such ("w"), and every
+// other device node is still refused.
+func treeDigest(ctx context.Context, root string, whiteouts bool) (string, error) {
 	h := sha256.New()
-	w := treeHasher{h: h, links: map[[2]uint64]string{}, buf: make([]byte, 256<<10)}
+	w := treeHasher{h: h, links: map[[2]uint64]string{}, buf: make([]byte, 256<<10), whiteouts: whiteouts}
 	fmt.Fprintf(h, "dsec-tree-v1\x00")
 	if err := w.walk(ctx, root, "."); err != nil {
 		return "", err
@@ -46,6 +53,8 @@ type treeHasher struct {
 	links map[[2]uint64]string // (dev, ino) of multiply linked files → first path
 	buf   []byte
 	n     int
+	// whiteouts accepts overlay whiteouts (see treeDigest).
+	whiteouts bool
 }
 
 // field writes one length-prefixed field.
@@ -79,6 +88,8 @@ func (w *treeHasher) walk(ctx context.Context, root, rel string) error {
 		typ = "d"
 	case mode&fs.ModeSymlink != 0:
 		typ = "l"
+	case w.whiteouts && mode&fs.ModeCharDevice != 0 && st.Rdev == 0:
+		typ = "w"
 	case mode&fs.ModeDevice != 0:
 		return errdefs.New(errdefs.Invalid, api.CodeDeviceNode, "%s is a device node; layers cannot hold device nodes", rel)
 	default:

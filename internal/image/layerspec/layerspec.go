@@ -31,6 +31,10 @@ const (
 	SourceTar    = "tar"
 	SourceOCI    = "oci"    // an OCI image layout
 	SourceDocker = "docker" // a `docker save` archive
+	// SourceState is a sandbox's writable state (a snapshot): a directory
+	// whose whiteouts (character devices 0/0) and opaque directories
+	// (xattr trusted.overlay.opaque=y) hide what the layers below hold.
+	SourceState = "state"
 )
 
 // Manifest is layer.json. Field order is the canonical order: the ID is
