@@ -32,7 +32,9 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 		ExecResult{}, ExecEvent{}, Process{}, ProcessList{}, StdinRequest{}, SignalRequest{}, FileInfo{},
 		FileList{}, ExistsResponse{}, MkdirRequest{}, RenameRequest{}, Error{}, Health{}, VersionInfo{},
 		TierInfo{}, Node{}, NodeList{}, Image{}, ImageList{}, AddDirImageRequest{}, ImageLayer{}, Layer{}, LayerList{},
-		CreateImageRequest{}, TagRequest{}, BuildDirLayerRequest{}, GradeRequest{}, GradeResult{}, GradeSummary{}, TestCase{}}
+		CreateImageRequest{}, TagRequest{}, BuildDirLayerRequest{}, GradeRequest{}, GradeResult{}, GradeSummary{}, TestCase{},
+		Trajectory{}, TrajectoryList{}, TrajectorySteps{}, TrajectoryStep{}, StepCreate{}, StepExec{}, StepFile{}, StepResume{}, StepEnd{},
+		Divergence{}, Snapshot{}, ResumeRequest{}, ResumeResult{}, ForkRequest{}, ForkResult{}}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)
 		schema, ok := doc.Components.Schemas[rt.Name()]

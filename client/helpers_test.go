@@ -35,3 +35,9 @@ func decodeStrict(t *testing.T, r *http.Request, v any) {
 		t.Errorf("decoding request: %v", err)
 	}
 }
+
+// jsonLine is v as one line of JSON.
+func jsonLine(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	return append(b, '\n'), err
+}

@@ -1,6 +1,7 @@
 // Package cli implements dsec's client commands (sandbox, exec, run, files,
-// image, layer, nodes, version) on top of package client. The daemon commands
-// (up, server, node, token) live elsewhere and are added by cmd/dsec.
+// image, layer, nodes, traj, snapshot, version) on top of package client.
+// The daemon commands (up, server, node, token) live elsewhere and are
+// added by cmd/dsec.
 package cli
 
 import (
@@ -92,6 +93,8 @@ func newRoot(e env, version string, extra ...*cobra.Command) *cobra.Command {
 		a.imageCmd(),
 		a.layerCmd(),
 		a.nodesCmd(),
+		a.trajCmd(),
+		a.snapshotCmd(),
 		a.versionCmd(),
 	)
 	root.AddCommand(extra...)

@@ -36,7 +36,7 @@ with the command's exit code (124 if it timed out, 1 if the API failed).`,
 			if f.tier == "" {
 				return usagef("--tier is required")
 			}
-			req, err := f.request()
+			req, err := f.request(a.env.lookupEnv)
 			if err != nil {
 				return err
 			}

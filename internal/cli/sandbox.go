@@ -26,6 +26,8 @@ func (a *app) sandboxCmd() *cobra.Command {
 		a.sandboxTimeoutCmd(),
 		a.sandboxPhaseCmd(),
 		a.sandboxGradeCmd(),
+		a.sandboxSnapshotCmd(),
+		a.sandboxForkCmd(),
 	)
 	return cmd
 }
@@ -43,6 +45,12 @@ type createFlags struct {
 	labels   []string
 	layers   []string
 	phases   string
+	// Trajectories (see `dsec traj`).
+	trajectory      string
+	record          bool
+	secretEnv       []string
+	resumeOnPreempt bool
+	fromSnapshot    string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
@@ -56,11 +64,21 @@ func (f *createFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.StringArrayVar(&f.labels, "label", nil, "label K=V (repeatable)")
 	fs.StringArrayVar(&f.layers, "layer", nil, "layer ROLE=REF of an inline image instead of --image, bottom first (repeatable)")
 	fs.StringVar(&f.phases, "phases", "", `the task's phases: a JSON list, or @FILE holding one ([{"name": "setup"}, {"name": "coding", "writable": ["/workspace"], "user": "1000"}, …])`)
+	fs.StringVar(&f.trajectory, "trajectory", "", "record every interaction to the trajectory NAME (letters, digits and -_./:)")
+	fs.BoolVar(&f.record, "record", false, "record to a trajectory with a generated name")
+	fs.StringArrayVar(&f.secretEnv, "secret-env", nil, "environment variable KEY=VALUE, or KEY (its value from --env, else from this environment), whose value is never logged (repeatable)")
+	fs.BoolVar(&f.resumeOnPreempt, "resume-on-preempt", false, "resume the sandbox elsewhere from its trajectory if its node is lost, drained or reclaimed")
+	fs.StringVar(&f.fromSnapshot, "from-snapshot", "", "start from the snapshot ID's state instead of --image or --layer")
 }
 
-// request returns the create request the flags describe.
-func (f *createFlags) request() (api.CreateSandboxRequest, error) {
+// request returns the create request the flags describe; lookup finds
+// the values of --secret-env keys given alone.
+func (f *createFlags) request(lookup func(string) (string, bool)) (api.CreateSandboxRequest, error) {
 	env, err := parseKV("env", f.env)
+	if err != nil {
+		return api.CreateSandboxRequest{}, err
+	}
+	env, secret, err := mergeSecretEnv(env, f.secretEnv, lookup)
 	if err != nil {
 		return api.CreateSandboxRequest{}, err
 	}
@@ -78,6 +96,9 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	if f.image != "" && len(layers) > 0 {
 		return api.CreateSandboxRequest{}, usagef("give --image or --layer, not both")
 	}
+	if f.fromSnapshot != "" && (f.image != "" || len(layers) > 0) {
+		return api.CreateSandboxRequest{}, usagef("give --from-snapshot or --image/--layer, not both")
+	}
 	phases, err := parsePhases(f.phases)
 	if err != nil {
 		return api.CreateSandboxRequest{}, err
@@ -93,6 +114,12 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 		Labels:   labels,
 		Layers:   layers,
 		Phases:   phases,
+
+		Trajectory:      f.trajectory,
+		Record:          f.record,
+		SecretEnv:       secret,
+		ResumeOnPreempt: f.resumeOnPreempt,
+		FromSnapshot:    f.fromSnapshot,
 	}, nil
 }
 

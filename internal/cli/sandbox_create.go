@@ -13,7 +13,7 @@ func (a *app) sandboxCreateCmd() *cobra.Command {
 		Short: "Create a sandbox and print its ID",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req, err := f.request()
+			req, err := f.request(a.env.lookupEnv)
 			if err != nil {
 				return err
 			}

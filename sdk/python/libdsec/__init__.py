@@ -8,14 +8,19 @@
 E2B-shaped: ``Sandbox`` / ``AsyncSandbox`` with ``commands`` and ``files``;
 ``tier`` is the one parameter that switches the substrate. ``Layer`` and
 ``Image`` build layers (from a local directory or an archive) and compose
-images from them.
+images from them. ``trajectory=`` records a rollout; ``Sandbox.resume``,
+``sb.snapshot()`` and ``sb.fork()`` start sandboxes from a recorded or
+stored state, and ``client.trajectories`` reads the logs.
 """
 
 from ._http import AsyncClient, Client
 from ._models import (
     AuditEvent,
     CommandResult,
+    Divergence,
     EntryInfo,
+    Forked,
+    ForkResult,
     GradeCase,
     GradeResult,
     GradeSummary,
@@ -24,9 +29,18 @@ from ._models import (
     LayerInfo,
     PhaseChange,
     ProcessInfo,
+    ResumeResult,
     RuleCount,
     SandboxInfo,
     SandboxStats,
+    Snapshot,
+    StepCreate,
+    StepExec,
+    StepFile,
+    StepKind,
+    StepResume,
+    Trajectory,
+    TrajectoryStep,
 )
 from ._version import __version__
 from .commands import AsyncCommandHandle, AsyncCommands, CommandHandle, Commands
@@ -41,16 +55,19 @@ from .errors import (
     PermissionDeniedError,
     RateLimitError,
     ReadOnlyError,
+    ReplayDivergedError,
     SandboxError,
     SandboxNotRunningError,
     ServerError,
     TimeoutError,
+    TrajectoryInFlightError,
     UnsupportedError,
 )
 from .files import AsyncFiles, AsyncFileStream, Files, FileStream
 from .images import AsyncImage, AsyncLayer, Image, Layer
 from .sandbox import Sandbox
 from .sandbox_async import AsyncSandbox
+from .trajectories import AsyncSnapshots, AsyncTrajectories, Snapshots, Trajectories
 
 __all__ = [
     "__version__",
@@ -67,6 +84,22 @@ __all__ = [
     "GradeSummary",
     "GradeResult",
     "GradeCase",
+    "Trajectory",
+    "TrajectoryStep",
+    "StepKind",
+    "StepCreate",
+    "StepExec",
+    "StepFile",
+    "StepResume",
+    "Snapshot",
+    "Divergence",
+    "ResumeResult",
+    "ForkResult",
+    "Forked",
+    "Trajectories",
+    "AsyncTrajectories",
+    "Snapshots",
+    "AsyncSnapshots",
     "CommandResult",
     "ProcessInfo",
     "EntryInfo",
@@ -95,6 +128,8 @@ __all__ = [
     "PayloadTooLargeError",
     "UnsupportedError",
     "RateLimitError",
+    "ReplayDivergedError",
+    "TrajectoryInFlightError",
     "CommandExitError",
     "TimeoutError",
     "ServerError",

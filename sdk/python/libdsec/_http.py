@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 
 import httpx
 
@@ -22,6 +22,9 @@ from ._config import ClientOptions, DEFAULT_REQUEST_TIMEOUT, resolve_token, reso
 from ._ops import Op
 from ._version import __version__
 from .errors import SandboxError, error_from_response, wrap_transport_error
+
+if TYPE_CHECKING:
+    from .trajectories import AsyncSnapshots, AsyncTrajectories, Snapshots, Trajectories
 
 T = TypeVar("T")
 
@@ -203,6 +206,20 @@ class Client(_Base):
         self._closed = True
         self._http.close()
 
+    @property
+    def trajectories(self) -> Trajectories:
+        """The token's trajectories: get, list, steps, export, blob, delete."""
+        from .trajectories import Trajectories
+
+        return Trajectories(self)
+
+    @property
+    def snapshots(self) -> Snapshots:
+        """The token's snapshots: get, delete."""
+        from .trajectories import Snapshots
+
+        return Snapshots(self)
+
     def __enter__(self) -> Client:
         return self
 
@@ -309,6 +326,20 @@ class AsyncClient(_Base):
     async def aclose(self) -> None:
         self._closed = True
         await self._http.aclose()
+
+    @property
+    def trajectories(self) -> AsyncTrajectories:
+        """As Client.trajectories."""
+        from .trajectories import AsyncTrajectories
+
+        return AsyncTrajectories(self)
+
+    @property
+    def snapshots(self) -> AsyncSnapshots:
+        """As Client.snapshots."""
+        from .trajectories import AsyncSnapshots
+
+        return AsyncSnapshots(self)
 
     async def __aenter__(self) -> AsyncClient:
         return self

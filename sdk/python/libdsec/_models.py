@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Iterable, List, Mapping, TypeVar
 
 __all__ = [
     "SandboxInfo",
@@ -22,6 +22,18 @@ __all__ = [
     "EntryInfo",
     "LayerInfo",
     "ImageInfo",
+    "Divergence",
+    "Snapshot",
+    "StepKind",
+    "StepCreate",
+    "StepExec",
+    "StepFile",
+    "StepResume",
+    "TrajectoryStep",
+    "Trajectory",
+    "ResumeResult",
+    "ForkResult",
+    "Forked",
 ]
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
@@ -78,6 +90,13 @@ class SandboxInfo:
     phase: str = ""
     # The Linux capabilities asked for at create (container tier).
     capabilities: list[str] = field(default_factory=list)
+    # The trajectory the sandbox records to ("" for none); incarnation
+    # counts the sandboxes that have been this one (1, plus one per
+    # resume); divergence is set when a resume stopped at a step that did
+    # not match the log.
+    trajectory: str = ""
+    incarnation: int = 0
+    divergence: Divergence | None = None
 
     @property
     def sandbox_id(self) -> str:
@@ -109,6 +128,9 @@ class SandboxInfo:
             phases=[dict(p) for p in d.get("phases") or [] if isinstance(p, Mapping)],
             phase=str(d.get("phase") or ""),
             capabilities=[str(c) for c in d.get("capabilities") or []],
+            trajectory=str(d.get("trajectory") or ""),
+            incarnation=int(d.get("incarnation") or 0),
+            divergence=Divergence.maybe(d.get("divergence")),
         )
 
 
@@ -618,3 +640,374 @@ class ImageInfo:
             source=str(d.get("source") or ""),
             created_at=parse_time(d.get("created_at")),
         )
+
+
+# ------------------------------------------------------------ trajectories
+
+
+@dataclass
+class Divergence(_RawJSON):
+    """A replayed step whose result differed from the log (the
+    ``Divergence`` schema): the ``step`` and its ``kind``, and the
+    ``logged`` and ``replayed`` results as the server describes them."""
+
+    step: int
+    kind: str
+    logged: str = ""
+    replayed: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Divergence:
+        return cls(
+            step=int(d.get("step") or 0),
+            kind=str(d.get("kind") or ""),
+            logged=str(d.get("logged") or ""),
+            replayed=str(d.get("replayed") or ""),
+            raw=dict(d),
+        )
+
+    @classmethod
+    def maybe(cls, value: Any) -> Divergence | None:
+        """The divergence of an optional field, or None."""
+        return cls.from_json(value) if isinstance(value, Mapping) else None
+
+
+@dataclass
+class Snapshot(_RawJSON):
+    """A sandbox's writable state stored as layers (the ``Snapshot``
+    schema). ``Sandbox.create(from_snapshot=snapshot.id)`` starts from
+    it, and a resume starts from a trajectory's latest one. ``step`` is
+    the trajectory's step it was taken at, ``layers`` the state layers
+    (bottom first), ``bytes`` what this snapshot newly stored."""
+
+    id: str
+    tier: str = ""
+    sandbox: str = ""
+    trajectory: str = ""
+    step: int = 0
+    layers: list[str] = field(default_factory=list)
+    bytes: int = 0
+    created_at: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Snapshot:
+        return cls(
+            id=str(d.get("id") or ""),
+            tier=str(d.get("tier") or ""),
+            sandbox=str(d.get("sandbox") or ""),
+            trajectory=str(d.get("trajectory") or ""),
+            step=int(d.get("step") or 0),
+            layers=[str(x) for x in d.get("layers") or []],
+            bytes=int(d.get("bytes") or 0),
+            created_at=parse_time(d.get("created_at")),
+            raw=dict(d),
+        )
+
+
+class StepKind:
+    """The kinds of a trajectory step (``TrajectoryStep.kind``)."""
+
+    CREATE = "create"  # the sandbox's resolved spec
+    EXEC = "exec"  # a command and its result
+    WRITE = "write"  # a file written
+    MKDIR = "mkdir"
+    REMOVE = "remove"
+    RENAME = "rename"
+    PHASE = "phase"  # a phase change
+    SNAPSHOT = "snapshot"  # the writable state stored
+    RESUME = "resume"  # a new incarnation rebuilt from the log
+    END = "end"  # the sandbox ended
+
+
+@dataclass
+class StepCreate:
+    """A create step (the ``StepCreate`` schema): the ``request`` as
+    resolved (the image by ID), the ``secret_env`` keys whose values are
+    not logged, and the snapshot it started from."""
+
+    request: dict[str, Any] = field(default_factory=dict)
+    secret_env: list[str] = field(default_factory=list)
+    from_snapshot: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StepCreate:
+        req = d.get("request")
+        return cls(
+            request=dict(req) if isinstance(req, Mapping) else {},
+            secret_env=[str(k) for k in d.get("secret_env") or []],
+            from_snapshot=str(d.get("from_snapshot") or ""),
+        )
+
+
+@dataclass
+class StepExec:
+    """An exec step (the ``StepExec`` schema): the ``request`` (stdin
+    replaced by ``stdin_digest``) and its result. Outputs past the
+    server's inline limit are blobs (``stdout_blob``, ``stderr_blob``:
+    read them with ``trajectories.blob``); ``output_digest`` covers both
+    streams whatever their size and is what a replay compares.
+    ``process``: started in the background (``pid``), not waited for."""
+
+    request: dict[str, Any] = field(default_factory=dict)
+    exit_code: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    output_digest: str = ""
+    stdin_digest: str = ""
+    timed_out: bool = False
+    stdout_blob: str = ""
+    stderr_blob: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    process: bool = False
+    pid: int = 0
+
+    @property
+    def cmd(self) -> str | list[str]:
+        """The command as given: argv (a list) or a command line (a str)."""
+        argv = self.request.get("cmd")
+        if isinstance(argv, list) and argv:
+            return [str(a) for a in argv]
+        return str(self.request.get("command") or "")
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StepExec:
+        req = d.get("request")
+        return cls(
+            request=dict(req) if isinstance(req, Mapping) else {},
+            exit_code=int(d.get("exit_code") or 0),
+            stdout=str(d.get("stdout") or ""),
+            stderr=str(d.get("stderr") or ""),
+            output_digest=str(d.get("output_digest") or ""),
+            stdin_digest=str(d.get("stdin_digest") or ""),
+            timed_out=bool(d.get("timed_out")),
+            stdout_blob=str(d.get("stdout_blob") or ""),
+            stderr_blob=str(d.get("stderr_blob") or ""),
+            stdout_truncated=bool(d.get("stdout_truncated")),
+            stderr_truncated=bool(d.get("stderr_truncated")),
+            process=bool(d.get("process")),
+            pid=int(d.get("pid") or 0),
+        )
+
+
+@dataclass
+class StepFile:
+    """A file step (the ``StepFile`` schema): write, mkdir, remove or
+    rename (``to``). A write's content is the blob ``digest``."""
+
+    path: str
+    to: str = ""
+    digest: str = ""
+    size: int = 0
+    mode: str = ""
+    parents: bool = False
+    recursive: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StepFile:
+        return cls(
+            path=str(d.get("path") or ""),
+            to=str(d.get("to") or ""),
+            digest=str(d.get("digest") or ""),
+            size=int(d.get("size") or 0),
+            mode=str(d.get("mode") or ""),
+            parents=bool(d.get("parents")),
+            recursive=bool(d.get("recursive")),
+        )
+
+
+@dataclass
+class StepResume:
+    """A resume step (the ``StepResume`` schema): a new incarnation, why
+    (``reason``: "request" or "preempted"), the snapshot it started from
+    and the steps it replayed and skipped."""
+
+    replayed: int = 0
+    skipped: int = 0
+    reason: str = ""
+    from_snapshot: str = ""
+    divergence: Divergence | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StepResume:
+        return cls(
+            replayed=int(d.get("replayed") or 0),
+            skipped=int(d.get("skipped") or 0),
+            reason=str(d.get("reason") or ""),
+            from_snapshot=str(d.get("from_snapshot") or ""),
+            divergence=Divergence.maybe(d.get("divergence")),
+        )
+
+
+def _maybe(value: Any, parse: Any) -> Any:
+    return parse(value) if isinstance(value, Mapping) else None
+
+
+@dataclass
+class TrajectoryStep(_RawJSON):
+    """One logged interaction (the ``TrajectoryStep`` schema), numbered
+    from 1. ``kind`` (a :class:`StepKind`) says which of ``create``,
+    ``exec``, ``file`` (write, mkdir, remove, rename), ``phase`` (the
+    phase moved to), ``snapshot``, ``resume`` and ``end_reason`` is set.
+    ``pure``: the step changed nothing a later step could see, and a
+    replay skips it. ``audit`` are the audit events the sandbox raised
+    during the step; ``sandbox`` is the incarnation that ran it."""
+
+    trajectory: str
+    step: int
+    kind: str
+    at: datetime | None = None
+    sandbox: str = ""
+    duration_ms: float = 0.0
+    pure: bool = False
+    create: StepCreate | None = None
+    exec: StepExec | None = None
+    file: StepFile | None = None
+    phase: str = ""
+    snapshot: Snapshot | None = None
+    resume: StepResume | None = None
+    end_reason: str = ""
+    audit: list[AuditEvent] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TrajectoryStep:
+        phase = d.get("phase")
+        end = d.get("end")
+        return cls(
+            trajectory=str(d.get("trajectory") or ""),
+            step=int(d.get("step") or 0),
+            kind=str(d.get("kind") or ""),
+            at=parse_time(d.get("at")),
+            sandbox=str(d.get("sandbox") or ""),
+            duration_ms=float(d.get("duration_ms") or 0),
+            pure=bool(d.get("pure")),
+            create=_maybe(d.get("create"), StepCreate.from_json),
+            exec=_maybe(d.get("exec"), StepExec.from_json),
+            file=_maybe(d.get("file"), StepFile.from_json),
+            phase=str(phase.get("phase") or "") if isinstance(phase, Mapping) else "",
+            snapshot=_maybe(d.get("snapshot"), Snapshot.from_json),
+            resume=_maybe(d.get("resume"), StepResume.from_json),
+            end_reason=str(end.get("reason") or "") if isinstance(end, Mapping) else "",
+            audit=[AuditEvent.from_json(e) for e in _objects(d.get("audit"))],
+            labels=_str_map(d.get("labels")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class Trajectory(_RawJSON):
+    """A trajectory's head (the ``Trajectory`` schema): the durable log of
+    a rollout. ``state`` is "recording", "resuming", "diverged" or
+    "ended"; ``sandbox`` records to it now (or did last); ``steps`` is the
+    last step's number and ``bytes`` what the log and its blobs hold;
+    ``snapshots`` are the states stored along the way, oldest first;
+    ``incarnations`` counts the sandboxes that recorded it (1, plus one
+    per resume). A forked trajectory names its ``parent`` and the
+    ``parent_step`` it starts after."""
+
+    id: str
+    state: str
+    sandbox: str = ""
+    tier: str = ""
+    parent: str = ""
+    parent_step: int = 0
+    steps: int = 0
+    bytes: int = 0
+    snapshots: list[Snapshot] = field(default_factory=list)
+    incarnations: int = 0
+    divergence: Divergence | None = None
+    resume_on_preempt: bool = False
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    expires_at: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Trajectory:
+        return cls(
+            id=str(d.get("id") or ""),
+            state=str(d.get("state") or ""),
+            sandbox=str(d.get("sandbox") or ""),
+            tier=str(d.get("tier") or ""),
+            parent=str(d.get("parent") or ""),
+            parent_step=int(d.get("parent_step") or 0),
+            steps=int(d.get("steps") or 0),
+            bytes=int(d.get("bytes") or 0),
+            snapshots=[Snapshot.from_json(x) for x in _objects(d.get("snapshots"))],
+            incarnations=int(d.get("incarnations") or 0),
+            divergence=Divergence.maybe(d.get("divergence")),
+            resume_on_preempt=bool(d.get("resume_on_preempt")),
+            created_at=parse_time(d.get("created_at")),
+            updated_at=parse_time(d.get("updated_at")),
+            expires_at=parse_time(d.get("expires_at")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ResumeResult(_RawJSON):
+    """What a resume did (the ``ResumeResult`` schema): the new
+    ``sandbox``, the steps ``replayed`` and ``skipped`` (pure ones), the
+    snapshot it started from, and the ``divergence`` if a replayed step
+    did not match the log."""
+
+    sandbox: SandboxInfo
+    replayed: int = 0
+    skipped: int = 0
+    from_snapshot: str = ""
+    duration_ms: float = 0.0
+    divergence: Divergence | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ResumeResult:
+        sb = d.get("sandbox")
+        return cls(
+            sandbox=SandboxInfo.from_json(sb if isinstance(sb, Mapping) else {}),
+            replayed=int(d.get("replayed") or 0),
+            skipped=int(d.get("skipped") or 0),
+            from_snapshot=str(d.get("from_snapshot") or ""),
+            duration_ms=float(d.get("duration_ms") or 0),
+            divergence=Divergence.maybe(d.get("divergence")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ForkResult(_RawJSON):
+    """A fork (the ``ForkResult`` schema): the children, in order, and the
+    snapshot they started from."""
+
+    snapshot: Snapshot
+    sandboxes: list[SandboxInfo] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ForkResult:
+        snap = d.get("snapshot")
+        return cls(
+            snapshot=Snapshot.from_json(snap if isinstance(snap, Mapping) else {}),
+            sandboxes=[SandboxInfo.from_json(x) for x in _objects(d.get("sandboxes"))],
+            raw=dict(d),
+        )
+
+
+_S = TypeVar("_S")
+
+
+class Forked(List[_S]):
+    """The sandboxes a fork started, in order (a list), with the
+    ``snapshot`` they started from and the whole :class:`ForkResult`
+    (``result``)."""
+
+    def __init__(self, sandboxes: Iterable[_S], result: ForkResult) -> None:
+        super().__init__(sandboxes)
+        self.result = result
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.result.snapshot

@@ -21,13 +21,18 @@ from ._models import (
     AuditEvent,
     CommandResult,
     EntryInfo,
+    ForkResult,
     GradeResult,
     ImageInfo,
     IntegrityReport,
     LayerInfo,
     ProcessInfo,
+    ResumeResult,
     SandboxInfo,
     SandboxStats,
+    Snapshot,
+    Trajectory,
+    TrajectoryStep,
 )
 from .errors import (
     CommandExitError,
@@ -47,6 +52,10 @@ Op = Generator[Call, httpx.Response, T]
 # Layers of an image: {role: ref} (base, workspace and toolkit first, in
 # that order, then the others as given) or (role, ref) pairs, bottom first.
 LayersSpec = Union[Mapping[str, str], Sequence[tuple[str, str]]]
+
+# Secret env of a create: keys of envs whose values are never logged, or a
+# mapping of secret values, merged into envs.
+SecretEnvSpec = Union[Mapping[str, str], Iterable[str]]
 
 # A sandbox's network policy: an egress mode ("none", "allowlist", "open")
 # or the API's NetworkPolicy as a mapping, {"egress": ..., "allow": [{"cidr"
@@ -140,6 +149,11 @@ def create_body(
     network: NetworkSpec | None = None,
     phases: Iterable[Mapping[str, Any]] | None = None,
     capabilities: Iterable[str] | None = None,
+    trajectory: str | None = None,
+    record: bool = False,
+    secret_env: SecretEnvSpec | None = None,
+    resume_on_preempt: bool = False,
+    from_snapshot: str | None = None,
 ) -> dict[str, Any]:
     """The CreateSandboxRequest for Sandbox.create's arguments."""
     body: dict[str, Any] = {}
@@ -161,9 +175,23 @@ def create_body(
         body["memory_mb"] = int(memory_mb)
     if disk_mb is not None:
         body["disk_mb"] = int(disk_mb)
-    env = str_map(envs, "envs")
+    env = str_map(envs, "envs") or {}
+    if secret_env is not None:
+        env, body["secret_env"] = merge_secret_env(env, secret_env)
     if env:
         body["env"] = env
+    if trajectory is not None:
+        body["trajectory"] = trajectory_id(trajectory)
+    if record:
+        body["record"] = True
+    if resume_on_preempt:
+        body["resume_on_preempt"] = True
+    if from_snapshot is not None:
+        if not isinstance(from_snapshot, str) or not from_snapshot:
+            raise InvalidArgumentError(f"from_snapshot must be a snapshot's ID, not {from_snapshot!r}")
+        if image or layers is not None:
+            raise InvalidArgumentError("pass from_snapshot or image/layers, not both")
+        body["from_snapshot"] = from_snapshot
     merged = {**(str_map(labels, "labels") or {}), **(str_map(metadata, "metadata") or {})}
     if merged:
         body["labels"] = merged
@@ -174,6 +202,21 @@ def create_body(
     if capabilities is not None:
         body["capabilities"] = str_list(capabilities, "capabilities")
     return body
+
+
+def merge_secret_env(env: dict[str, str], secret: SecretEnvSpec) -> tuple[dict[str, str], list[str]]:
+    """env with the secret values merged in, and the secret keys.
+
+    ``secret`` is a mapping of values (merged into env, over it), or keys
+    that env must hold."""
+    if isinstance(secret, Mapping):
+        values = str_map(secret, "secret_env") or {}
+        return {**env, **values}, list(values)
+    keys = str_list(secret, "secret_env")
+    missing = [k for k in keys if k not in env]
+    if missing:
+        raise InvalidArgumentError(f"secret_env names {missing}, which envs lacks; pass their values as secret_env={{key: value}}")
+    return env, keys
 
 
 def str_list(v: Any, what: str) -> list[str]:
@@ -887,3 +930,203 @@ def tag_image(ref: str, name: str, timeout: float) -> Op[ImageInfo]:
 
 def delete_image(ref: str, timeout: float) -> Op[None]:
     yield Call("DELETE", ref_path("/v1/images", ref, "image"), timeout)
+
+
+# ----------------------------------------- trajectories, snapshots, forks
+
+# Extra seconds on top of the request timeout for calls that store or
+# start a lot: a snapshot writes the sandbox's whole writable layer, a
+# fork starts count sandboxes, a resume replays a rollout.
+SNAPSHOT_WAIT = 120.0
+FORK_WAIT = 300.0
+RESUME_WAIT = 600.0
+# STEPS_PAGE is how many steps one request asks for.
+STEPS_PAGE = 500
+_DIVERGENCE = ("stop", "continue")
+
+
+def trajectory_id(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"a trajectory ID must be a non-empty string, not {value!r}")
+    return value
+
+
+def trajectory_path(traj_id: str, *rest: str) -> str:
+    """/v1/trajectories/{id}/…: the ID ("run-42/task-7") is one path
+    segment, its "/" escaped as %2F, as the server matches it."""
+    return "/".join(["/v1/trajectories", quote(trajectory_id(traj_id), safe="")] + list(rest))
+
+
+def snapshot_path(snapshot_id: str) -> str:
+    if not isinstance(snapshot_id, str) or not snapshot_id:
+        raise InvalidArgumentError(f"a snapshot ID must be a non-empty string, not {snapshot_id!r}")
+    return "/v1/snapshots/" + quote(snapshot_id, safe="")
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be an integer, not {value!r}")
+    return value
+
+
+def snapshot_sandbox(sandbox_id: str, timeout: float) -> Op[Snapshot]:
+    resp = yield Call("POST", sandbox_path(sandbox_id, "snapshot"), timeout + SNAPSHOT_WAIT)
+    return Snapshot.from_json(json_body(resp))
+
+
+def fork_body(count: int, timeout: int | None, labels: Mapping[str, str] | None) -> dict[str, Any]:
+    """The ForkRequest. The count's range is the server's to check (code
+    invalid_fork_count), so that its maximum is said in one place."""
+    body: dict[str, Any] = {"count": _count(count, "count")}
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 1:
+            raise InvalidArgumentError(f"timeout must be at least 1 second, not {timeout!r}")
+        body["timeout_s"] = int(timeout)
+    lm = str_map(labels, "labels")
+    if lm:
+        body["labels"] = lm
+    return body
+
+
+def fork_sandbox(sandbox_id: str, body: dict[str, Any], timeout: float) -> Op[ForkResult]:
+    resp = yield Call("POST", sandbox_path(sandbox_id, "fork"), timeout + FORK_WAIT, json=body)
+    return ForkResult.from_json(json_body(resp))
+
+
+def get_snapshot(snapshot_id: str, timeout: float) -> Op[Snapshot]:
+    resp = yield Call("GET", snapshot_path(snapshot_id), timeout)
+    return Snapshot.from_json(json_body(resp))
+
+
+def delete_snapshot(snapshot_id: str, timeout: float) -> Op[bool]:
+    """Delete a snapshot: True if deleted, False if there was none."""
+    try:
+        yield Call("DELETE", snapshot_path(snapshot_id), timeout)
+    except NotFoundError:
+        return False
+    return True
+
+
+def resume_body(
+    secret_env: Mapping[str, str] | None,
+    on_divergence: str | None,
+    tier: str | None,
+    from_scratch: bool,
+    timeout: int | None,
+) -> dict[str, Any]:
+    """The ResumeRequest. on_divergence is checked by the server too
+    (invalid_on_divergence); a value it cannot be is refused here."""
+    body: dict[str, Any] = {}
+    secrets = str_map(secret_env, "secret_env")
+    if secrets:
+        body["secret_env"] = secrets
+    if on_divergence is not None:
+        if not isinstance(on_divergence, str):
+            raise InvalidArgumentError(f"on_divergence must be \"stop\" or \"continue\", not {on_divergence!r}")
+        body["on_divergence"] = on_divergence
+    if tier:
+        body["tier"] = tier
+    if from_scratch:
+        body["from_scratch"] = True
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 1:
+            raise InvalidArgumentError(f"timeout must be at least 1 second, not {timeout!r}")
+        body["timeout_s"] = int(timeout)
+    return body
+
+
+def resume_trajectory(traj_id: str, body: dict[str, Any], timeout: float) -> Op[ResumeResult]:
+    resp = yield Call("POST", trajectory_path(traj_id, "resume"), timeout + RESUME_WAIT, json=body)
+    return ResumeResult.from_json(json_body(resp))
+
+
+def get_trajectory(traj_id: str, timeout: float) -> Op[Trajectory]:
+    resp = yield Call("GET", trajectory_path(traj_id), timeout)
+    return Trajectory.from_json(json_body(resp))
+
+
+def delete_trajectory(traj_id: str, timeout: float) -> Op[bool]:
+    """Delete a trajectory: True if deleted, False if there was none."""
+    try:
+        yield Call("DELETE", trajectory_path(traj_id), timeout)
+    except NotFoundError:
+        return False
+    return True
+
+
+def list_trajectories_page(
+    page_token: str | None, limit: int | None, timeout: float
+) -> Op[tuple[list[Trajectory], str | None]]:
+    params: list[tuple[str, str]] = []
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidArgumentError(f"limit must be an integer from 1 to 1000, not {limit!r}")
+        params.append(("limit", str(limit)))
+    if page_token:
+        params.append(("page_token", page_token))
+    resp = yield Call("GET", "/v1/trajectories", timeout, params=params)
+    d = json_body(resp)
+    return [Trajectory.from_json(t) for t in d.get("trajectories") or []], d.get("next_page_token") or None
+
+
+def list_trajectories(limit: int | None, timeout: float) -> Op[list[Trajectory]]:
+    """Every page of the listing, following next_page_token to the end."""
+    out: list[Trajectory] = []
+    seen: set[str] = set()
+    token: str | None = None
+    while True:
+        items, token = yield from list_trajectories_page(token, limit, timeout)
+        out.extend(items)
+        if not token:
+            return out
+        if token in seen:
+            raise SandboxError(f"the server repeated page token {token!r}", code="invalid_response")
+        seen.add(token)
+
+
+def steps_page(traj_id: str, after: int, limit: int, timeout: float) -> Op[tuple[list[TrajectoryStep], int | None]]:
+    """The steps after step number ``after``, and the ``after`` of the
+    next page (None after the last). A next page that would not move
+    forward is the server's error, not a loop."""
+    after = _count(after, "after")
+    if after < 0:
+        raise InvalidArgumentError("after must be ≥ 0")
+    params = [("after", str(after)), ("limit", str(limit))] if after else [("limit", str(limit))]
+    resp = yield Call("GET", trajectory_path(traj_id, "steps"), timeout, params=params)
+    d = json_body(resp)
+    steps = [TrajectoryStep.from_json(s) for s in d.get("steps") or []]
+    token = d.get("next_page_token")
+    if not token:
+        return steps, None
+    try:
+        nxt = int(token)
+    except (TypeError, ValueError):
+        nxt = after
+    if nxt <= after:
+        raise SandboxError(f"the server sent page token {token!r} after step {after}", code="invalid_response")
+    return steps, nxt
+
+
+def export_call(traj_id: str) -> Call:
+    """GET …/export: every step as JSONL. Streamed: only the read timeout
+    between chunks bounds it."""
+    return Call("GET", trajectory_path(traj_id, "export"), EXPORT_TIMEOUT, headers={"Accept": "application/x-ndjson"})
+
+
+# EXPORT_TIMEOUT bounds each read of an export's stream, and the wait for
+# it to start.
+EXPORT_TIMEOUT = 300.0
+
+
+def blob_call(traj_id: str, digest: str, timeout: float) -> Call:
+    if not isinstance(digest, str) or not digest:
+        raise InvalidArgumentError(f"a blob digest must be a non-empty string (sha256:…), not {digest!r}")
+    return Call(
+        "GET", trajectory_path(traj_id, "blobs", quote(digest, safe=":")), timeout,
+        headers={"Accept": "application/octet-stream"},
+    )
+
+
+def read_blob(traj_id: str, digest: str, timeout: float) -> Op[bytes]:
+    resp = yield blob_call(traj_id, digest, timeout)
+    return resp.content

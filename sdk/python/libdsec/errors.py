@@ -36,6 +36,8 @@ __all__ = [
     "TimeoutError",
     "ServerError",
     "ConnectionError",
+    "ReplayDivergedError",
+    "TrajectoryInFlightError",
     "error_from_response",
     "error_from_body",
 ]
@@ -140,6 +142,12 @@ class SandboxNotRunningError(NotFoundError, ConflictError):
     """
 
 
+class ReplayDivergedError(ConflictError):
+    """A replayed step's result differed from the trajectory's log (409,
+    code ``replay_diverged``); the resumed sandbox was kept where it
+    diverged."""
+
+
 class PayloadTooLargeError(SandboxError):
     """The upload or request is larger than the server accepts (413)."""
 
@@ -173,6 +181,14 @@ class ServerError(SandboxError):
     def __init__(self, message: str, *, retry_after: float | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.retry_after = retry_after
+
+
+class TrajectoryInFlightError(ServerError):
+    """The sandbox is being resumed on another node after its own was lost
+    (503, code ``trajectory_in_flight``, with Retry-After), or the command
+    was running on the lost node and is not logged as done. The SDK
+    retries it like other 503s that carry Retry-After; this is raised once
+    the retries run out."""
 
 
 class _ResultError(SandboxError):
@@ -260,6 +276,18 @@ _BY_CODE: dict[str, type[SandboxError]] = {
     "sandbox_not_running": SandboxNotRunningError,
     "read_only": ReadOnlyError,
     "read_only_path": ReadOnlyError,
+    # Trajectories, resume, snapshots and forks.
+    "invalid_trajectory_id": InvalidArgumentError,
+    "trajectory_not_found": NotFoundError,
+    "trajectory_exists": ConflictError,
+    "trajectory_full": PayloadTooLargeError,
+    "trajectory_running": ConflictError,
+    "invalid_fork_count": InvalidArgumentError,
+    "snapshot_not_found": NotFoundError,
+    "secret_env_missing": InvalidArgumentError,
+    "invalid_on_divergence": InvalidArgumentError,
+    "replay_diverged": ReplayDivergedError,
+    "trajectory_in_flight": TrajectoryInFlightError,
 }
 
 
@@ -309,7 +337,7 @@ def error_from_body(
     if not message:
         message = code or (f"HTTP {status}" if status else "error")
     kw: dict[str, Any] = {"code": code, "class_": class_, "status": status}
-    if cls in (RateLimitError, ServerError):
+    if issubclass(cls, (RateLimitError, ServerError)):
         kw["retry_after"] = retry_after
     return cls(message, **kw)
 

@@ -7,8 +7,18 @@ from typing import Any, Iterable, Iterator, List, Mapping, Sequence
 
 from . import _ops
 from ._http import Client, wrap_transport
-from ._models import AuditEvent, GradeResult, IntegrityReport, SandboxInfo, SandboxStats
-from ._ops import LayersSpec, NetworkSpec
+from ._models import (
+    AuditEvent,
+    Divergence,
+    Forked,
+    GradeResult,
+    IntegrityReport,
+    ResumeResult,
+    SandboxInfo,
+    SandboxStats,
+    Snapshot,
+)
+from ._ops import LayersSpec, NetworkSpec, SecretEnvSpec
 from .commands import Commands
 from .errors import InvalidArgumentError
 from .files import Files
@@ -42,6 +52,8 @@ class Sandbox:
         self._rt = request_timeout or client.options.request_timeout
         self.commands = Commands(client, info.id, self._rt)
         self.files = Files(client, info.id, self._rt)
+        # What the replay did, for a sandbox made by resume(); else None.
+        self.resume_result: ResumeResult | None = None
 
     @property
     def sandbox_id(self) -> str:
@@ -51,13 +63,29 @@ class Sandbox:
     def tier(self) -> str:
         return self._info.tier
 
+    @property
+    def trajectory(self) -> str:
+        """The trajectory the sandbox records to ("" for none)."""
+        return self._info.trajectory
+
+    @property
+    def incarnation(self) -> int:
+        """The sandboxes that have been this one: 1, plus one per resume
+        (as last seen; refresh with get_info())."""
+        return self._info.incarnation
+
+    @property
+    def divergence(self) -> Divergence | None:
+        """Where a resume's replay stopped matching the log, or None."""
+        return self._info.divergence
+
     def __repr__(self) -> str:
         return f"Sandbox(sandbox_id={self.sandbox_id!r}, tier={self.tier!r})"
 
     @classmethod
     def create(
         cls,
-        tier: str = "function",
+        tier: str | None = None,
         image: str | None = None,
         timeout: int | None = 300,
         cpu: float | None = None,
@@ -74,12 +102,19 @@ class Sandbox:
         network: NetworkSpec | None = None,
         phases: Iterable[Mapping[str, Any]] | None = None,
         capabilities: Iterable[str] | None = None,
+        trajectory: str | None = None,
+        record: bool = False,
+        secret_env: SecretEnvSpec | None = None,
+        resume_on_preempt: bool = False,
+        from_snapshot: str | None = None,
         client: Client | None = None,
     ) -> Sandbox:
         """Create a sandbox and wait until it runs.
 
         Args:
-            tier: "function", "container", "microvm" or "vm".
+            tier: "function", "container", "microvm" or "vm"; default
+                "function" (the server's), or the snapshot's with
+                ``from_snapshot``.
             image: image name[:tag] or ID; default: the tier's default image.
             layers: the image's layers inline instead of ``image``: a mapping
                 {role: ref} such as ``{"base": ..., "workspace": ...,
@@ -118,13 +153,29 @@ class Sandbox:
             url, token: the server; defaults from $DSEC_URL / $DSEC_TOKEN or
                 the local ``dsec up``.
             request_timeout: timeout of each API request (default 30 s).
+            trajectory: record every state-changing call to the trajectory
+                of this ID ("run-42/task-7/rollout-3": letters, digits and
+                ``-_./:``), in order, before the API answers; read it with
+                ``client.trajectories``, rebuild it with :meth:`resume`.
+            record: record to a trajectory with a generated name
+                (``sb.trajectory``).
+            secret_env: env values never logged: keys of ``envs``, or a
+                mapping of secret values (merged into ``envs``). A resume
+                asks for them again.
+            resume_on_preempt: if the sandbox's node is lost, drained or
+                reclaimed, the server resumes it elsewhere from its
+                trajectory, behind the same ID (``sb.incarnation`` grows).
+            from_snapshot: start from a snapshot's state (its ID) instead of
+                ``image`` or ``layers``.
             client: an explicit :class:`Client` instead of the shared pool.
         """
         c = _client(client, url, token)
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
-            network=network, phases=phases, capabilities=capabilities,
+            network=network, phases=phases, capabilities=capabilities, trajectory=trajectory,
+            record=record, secret_env=secret_env, resume_on_preempt=resume_on_preempt,
+            from_snapshot=from_snapshot,
         )
         rt = request_timeout or c.options.request_timeout
         info = c.run(_ops.create_sandbox(body, rt))
@@ -189,6 +240,46 @@ class Sandbox:
             page_token=page_token,
         )
         return c.run(_ops.list_sandboxes_page(params, c.options.request_timeout))
+
+    @classmethod
+    def resume(
+        cls,
+        trajectory_id: str,
+        secret_env: Mapping[str, str] | None = None,
+        on_divergence: str | None = None,
+        tier: str | None = None,
+        from_scratch: bool = False,
+        timeout: int | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        request_timeout: float | None = None,
+        *,
+        client: Client | None = None,
+    ) -> Sandbox:
+        """Rebuild a rollout in a new sandbox from its trajectory, and
+        return that sandbox; ``.resume_result`` says what the replay did
+        (steps ``replayed`` and ``skipped``, the ``divergence``).
+
+        The sandbox is made from the logged spec, starting from the
+        trajectory's latest snapshot (unless ``from_scratch``), and the
+        logged steps that changed state are replayed in order; pure ones
+        are skipped. A replayed step whose result differs from the log
+        stops the replay there, keeping the sandbox (``on_divergence=
+        "stop"``, the default), or is reported and passed
+        (``"continue"``). ``secret_env`` gives the values of the create's
+        secret env again (InvalidArgumentError, code
+        ``secret_env_missing``, without them); ``tier`` resumes on another
+        tier that can. A trajectory that a running sandbox records to is
+        ConflictError (``trajectory_running``); an unknown one
+        NotFoundError (``trajectory_not_found``).
+        """
+        c = _client(client, url, token)
+        body = _ops.resume_body(secret_env, on_divergence, tier, from_scratch, timeout)
+        rt = request_timeout or c.options.request_timeout
+        res = c.run(_ops.resume_trajectory(trajectory_id, body, rt))
+        sb = cls(res.sandbox, client=c, request_timeout=rt)
+        sb.resume_result = res
+        return sb
 
     @classmethod
     def kill_by_id(
@@ -316,6 +407,35 @@ class Sandbox:
         """Make the sandbox expire ``timeout`` seconds from now."""
         self._info = self._client.run(_ops.set_timeout(self.sandbox_id, timeout, self._rt))
         return self._info
+
+    def snapshot(self) -> Snapshot:
+        """Store the sandbox's writable state as a snapshot and return it.
+        The sandbox keeps running. ``Sandbox.create(from_snapshot=s.id)``
+        starts new sandboxes from it; a recorded sandbox logs it as a step,
+        and a resume then replays only the steps after it."""
+        return self._client.run(_ops.snapshot_sandbox(self.sandbox_id, self._rt))
+
+    def fork(
+        self,
+        count: int = 1,
+        *,
+        timeout: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Forked[Sandbox]:
+        """Start ``count`` sandboxes from this one's current state, through
+        one snapshot, and return them in order (a list, whose
+        ``.snapshot`` is that snapshot). The parent keeps running. Each
+        child gets the parent's spec and phase, ``timeout`` and ``labels``
+        (``metadata=`` is an alias) if given, and, if the parent records a
+        trajectory, one of its own that names the parent's. All or
+        nothing: if one child cannot be made, none is kept. A count the
+        server does not allow is InvalidArgumentError (code
+        ``invalid_fork_count``)."""
+        merged = {**(labels or {}), **(metadata or {})} if labels is not None or metadata is not None else None
+        body = _ops.fork_body(count, timeout, merged)
+        res = self._client.run(_ops.fork_sandbox(self.sandbox_id, body, self._rt))
+        return Forked([type(self)(info, client=self._client, request_timeout=self._rt) for info in res.sandboxes], res)
 
     def kill(self) -> bool:
         """Destroy the sandbox: True if destroyed, False if it did not exist."""

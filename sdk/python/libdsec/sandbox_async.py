@@ -7,8 +7,18 @@ from typing import Any, AsyncIterator, Iterable, Iterator, List, Mapping, Sequen
 
 from . import _ops
 from ._http import AsyncClient, wrap_transport
-from ._models import AuditEvent, GradeResult, IntegrityReport, SandboxInfo, SandboxStats
-from ._ops import LayersSpec, NetworkSpec
+from ._models import (
+    AuditEvent,
+    Divergence,
+    Forked,
+    GradeResult,
+    IntegrityReport,
+    ResumeResult,
+    SandboxInfo,
+    SandboxStats,
+    Snapshot,
+)
+from ._ops import LayersSpec, NetworkSpec, SecretEnvSpec
 from .commands import AsyncCommands
 from .errors import InvalidArgumentError
 from .files import AsyncFiles
@@ -38,6 +48,8 @@ class AsyncSandbox:
         self._rt = request_timeout or client.options.request_timeout
         self.commands = AsyncCommands(client, info.id, self._rt)
         self.files = AsyncFiles(client, info.id, self._rt)
+        # What the replay did, for a sandbox made by resume(); else None.
+        self.resume_result: ResumeResult | None = None
 
     @property
     def sandbox_id(self) -> str:
@@ -47,13 +59,29 @@ class AsyncSandbox:
     def tier(self) -> str:
         return self._info.tier
 
+    @property
+    def trajectory(self) -> str:
+        """The trajectory the sandbox records to ("" for none)."""
+        return self._info.trajectory
+
+    @property
+    def incarnation(self) -> int:
+        """The sandboxes that have been this one: 1, plus one per resume
+        (as last seen; refresh with get_info())."""
+        return self._info.incarnation
+
+    @property
+    def divergence(self) -> Divergence | None:
+        """Where a resume's replay stopped matching the log, or None."""
+        return self._info.divergence
+
     def __repr__(self) -> str:
         return f"AsyncSandbox(sandbox_id={self.sandbox_id!r}, tier={self.tier!r})"
 
     @classmethod
     async def create(
         cls,
-        tier: str = "function",
+        tier: str | None = None,
         image: str | None = None,
         timeout: int | None = 300,
         cpu: float | None = None,
@@ -70,6 +98,11 @@ class AsyncSandbox:
         network: NetworkSpec | None = None,
         phases: Iterable[Mapping[str, Any]] | None = None,
         capabilities: Iterable[str] | None = None,
+        trajectory: str | None = None,
+        record: bool = False,
+        secret_env: SecretEnvSpec | None = None,
+        resume_on_preempt: bool = False,
+        from_snapshot: str | None = None,
         client: AsyncClient | None = None,
     ) -> AsyncSandbox:
         """As :meth:`Sandbox.create <libdsec.Sandbox.create>`."""
@@ -77,7 +110,9 @@ class AsyncSandbox:
         body = _ops.create_body(
             tier=tier, image=image, timeout=timeout, cpu=cpu, memory_mb=memory_mb,
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
-            network=network, phases=phases, capabilities=capabilities,
+            network=network, phases=phases, capabilities=capabilities, trajectory=trajectory,
+            record=record, secret_env=secret_env, resume_on_preempt=resume_on_preempt,
+            from_snapshot=from_snapshot,
         )
         rt = request_timeout or c.options.request_timeout
         info = await c.run(_ops.create_sandbox(body, rt))
@@ -136,6 +171,30 @@ class AsyncSandbox:
             page_token=page_token,
         )
         return await c.run(_ops.list_sandboxes_page(params, c.options.request_timeout))
+
+    @classmethod
+    async def resume(
+        cls,
+        trajectory_id: str,
+        secret_env: Mapping[str, str] | None = None,
+        on_divergence: str | None = None,
+        tier: str | None = None,
+        from_scratch: bool = False,
+        timeout: int | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        request_timeout: float | None = None,
+        *,
+        client: AsyncClient | None = None,
+    ) -> AsyncSandbox:
+        """As :meth:`Sandbox.resume <libdsec.Sandbox.resume>`."""
+        c = _client(client, url, token)
+        body = _ops.resume_body(secret_env, on_divergence, tier, from_scratch, timeout)
+        rt = request_timeout or c.options.request_timeout
+        res = await c.run(_ops.resume_trajectory(trajectory_id, body, rt))
+        sb = cls(res.sandbox, client=c, request_timeout=rt)
+        sb.resume_result = res
+        return sb
 
     @classmethod
     async def kill_by_id(
@@ -249,6 +308,24 @@ class AsyncSandbox:
     async def set_timeout(self, timeout: int) -> SandboxInfo:
         self._info = await self._client.run(_ops.set_timeout(self.sandbox_id, timeout, self._rt))
         return self._info
+
+    async def snapshot(self) -> Snapshot:
+        """As :meth:`Sandbox.snapshot <libdsec.Sandbox.snapshot>`."""
+        return await self._client.run(_ops.snapshot_sandbox(self.sandbox_id, self._rt))
+
+    async def fork(
+        self,
+        count: int = 1,
+        *,
+        timeout: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Forked[AsyncSandbox]:
+        """As :meth:`Sandbox.fork <libdsec.Sandbox.fork>`."""
+        merged = {**(labels or {}), **(metadata or {})} if labels is not None or metadata is not None else None
+        body = _ops.fork_body(count, timeout, merged)
+        res = await self._client.run(_ops.fork_sandbox(self.sandbox_id, body, self._rt))
+        return Forked([type(self)(info, client=self._client, request_timeout=self._rt) for info in res.sandboxes], res)
 
     async def kill(self) -> bool:
         return await self._client.run(_ops.kill_sandbox(self.sandbox_id, self._rt))
