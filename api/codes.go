@@ -308,6 +308,7 @@ const (
 	CodeSecretEnvMissing    = "secret_env_missing"
 	CodeInvalidOnDivergence = "invalid_on_divergence"
 	CodeReplayDiverged      = "replay_diverged"
+	CodeNoTrajectoryStore   = "no_trajectory_store"
 
 	// Networks.
 	CodeInvalidNetworkPolicy  = "invalid_network_policy"
@@ -656,6 +657,7 @@ var ErrorCodes = []ErrorCode{
 	{CodeSecretEnvMissing, ClassInvalid, "a resume lacks the value of a secret environment variable the create named"},
 	{CodeInvalidOnDivergence, ClassInvalid, "on_divergence is not \"stop\" or \"continue\""},
 	{CodeReplayDiverged, ClassConflict, "a replayed step's result differs from the logged one; the sandbox was kept where it diverged"},
+	{CodeNoTrajectoryStore, ClassUnsupported, "the server keeps no trajectories (it runs without a trajectory store)"},
 
 	// Networks.
 	{CodeInvalidNetworkPolicy, ClassInvalid, "a network policy is not valid"},

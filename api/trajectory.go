@@ -175,9 +175,10 @@ type Divergence struct {
 	Replayed string `json:"replayed"`
 }
 
-// Snapshot is a sandbox's writable state stored as a layer: an image
-// (its ID is the snapshot's) made of the sandbox's image and the state
-// layers above it. Create with from_snapshot starts from it.
+// Snapshot is a sandbox's writable state stored as a layer: a record of
+// its own ("snap-…", with an owner) naming an image made of the
+// sandbox's image and the state layers above it. Create with
+// from_snapshot starts from it.
 type Snapshot struct {
 	ID         string    `json:"id"`
 	Sandbox    string    `json:"sandbox,omitempty"`

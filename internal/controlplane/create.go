@@ -150,14 +150,42 @@ func (m *Manager) admit(owner string) (release func(), err error) {
 
 // Create creates a sandbox for owner and returns it running.
 func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandboxRequest) (sb api.Sandbox, err error) {
+	rec, err := m.create(ctx, owner, req, createOpts{})
+	return rec.Sandbox, err
+}
+
+// createOpts are what a resume or a fork adds to a create.
+type createOpts struct {
+	// id, if set, is the sandbox's ID (a resume behind the same ID).
+	id string
+	// resumed: the trajectory exists and the new sandbox continues it
+	// (no head is begun and no create step logged; the caller replays).
+	resumed     bool
+	incarnation int
+	// node, if set, is preferred (fork siblings share their snapshot's
+	// pages there).
+	node string
+	// parent and parentStep make a fork child's trajectory.
+	parent     string
+	parentStep int
+	// recreate: id's record exists (a preempted sandbox); avoid is the
+	// node it was lost on.
+	recreate bool
+	avoid    string
+}
+
+func (m *Manager) create(ctx context.Context, owner string, req api.CreateSandboxRequest, o createOpts) (out store.SandboxRecord, err error) {
 	start := time.Now()
 	defer func() { m.obs.Created(req.Tier, time.Since(start), err) }()
 	if err := m.validate(&req); err != nil {
-		return api.Sandbox{}, err
+		return out, err
+	}
+	if err := m.validateTrajectory(ctx, owner, &req); err != nil {
+		return out, err
 	}
 	release, err := m.admit(owner)
 	if err != nil {
-		return api.Sandbox{}, err
+		return out, err
 	}
 	defer release()
 	var img image.Resolved
@@ -167,10 +195,10 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 		img, err = m.images.Resolve(ctx, req.Image)
 	}
 	if err != nil {
-		return api.Sandbox{}, err
+		return out, err
 	}
 	if !img.Supports(req.Tier) {
-		return api.Sandbox{}, errdefs.New(errdefs.Invalid, api.CodeImageTierMismatch, "image %s is for tiers %v, not %s", req.Image, img.Manifest.Tiers, req.Tier)
+		return out, errdefs.New(errdefs.Invalid, api.CodeImageTierMismatch, "image %s is for tiers %v, not %s", req.Image, img.Manifest.Tiers, req.Tier)
 	}
 	imgName := img.Name
 	if imgName == "" {
@@ -182,22 +210,45 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 		ref.Layers = append(ref.Layers, noderpc.LayerRef{ID: l.ID, Manifest: l.Manifest})
 		layerIDs = append(layerIDs, l.ID)
 	}
-	node, placed, err := m.view.pick(scheduler.Request{Tier: req.Tier, CPU: req.CPU, MemoryMB: req.MemoryMB}, m.opt.NodeStale)
+	node, placed, err := m.view.pick(scheduler.Request{Tier: req.Tier, CPU: req.CPU, MemoryMB: req.MemoryMB, Prefer: o.node, Avoid: o.avoid}, m.opt.NodeStale)
 	if err != nil {
-		return api.Sandbox{}, err
+		return out, err
 	}
 	defer func() { placed(err == nil) }()
 
 	now := time.Now().UTC()
+	id := o.id
+	if id == "" {
+		id = newID()
+	}
 	rec := store.SandboxRecord{
 		Sandbox: api.Sandbox{
-			ID: newID(), Tier: req.Tier, Image: imgName, ImageID: img.ID, State: api.StatePending, Node: node,
+			ID: id, Tier: req.Tier, Image: imgName, ImageID: img.ID, State: api.StatePending, Node: node,
 			CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, TimeoutS: req.TimeoutS,
 			Labels: maps.Clone(req.Labels), Network: req.Network, CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second),
 			Phases: req.Phases, Capabilities: req.Capabilities,
 		},
 		StateSince: now,
 		Owner:      owner, Env: maps.Clone(req.Env), ImageSource: img.Source(), Layers: layerIDs,
+		SecretEnv: req.SecretEnv, ResumeOnPreempt: req.ResumeOnPreempt, FromSnapshot: req.FromSnapshot,
+	}
+	for _, l := range img.Manifest.Layers {
+		if l.Role == RoleState {
+			rec.BaseState = append(rec.BaseState, l.ID)
+		}
+	}
+	if req.Trajectory != "" {
+		rec.Trajectory, rec.Incarnation = req.Trajectory, max(o.incarnation, 1)
+		if !o.resumed {
+			if err := m.beginTrajectory(ctx, owner, rec, o); err != nil {
+				return out, err
+			}
+			defer func() {
+				if err != nil {
+					m.abandonTrajectory(rec.Trajectory)
+				}
+			}()
+		}
 	}
 	if len(rec.Phases) > 0 {
 		rec.Phase = rec.Phases[0].Name
@@ -207,15 +258,23 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 	// sandbox, reconciliation finds the pending record and cleans up.
 	m.trackCreate(rec.ID, true)
 	defer m.trackCreate(rec.ID, false)
-	rev, err := m.st.CreateSandbox(ctx, rec)
-	if err != nil {
-		if !errors.Is(err, errdefs.Conflict) {
-			m.refresh(rec.ID)
+	if o.recreate {
+		// A preempted sandbox comes back behind its ID: its record
+		// (failed by nobody: the caller holds it) moves to the new node.
+		if err := m.recreateRecord(ctx, rec); err != nil {
+			return out, err
 		}
-		return api.Sandbox{}, err
+	} else {
+		rev, err := m.st.CreateSandbox(ctx, rec)
+		if err != nil {
+			if !errors.Is(err, errdefs.Conflict) {
+				m.refresh(rec.ID)
+			}
+			return out, err
+		}
+		m.cache.apply(rec, rev)
+		m.event(rec, "", "")
 	}
-	m.cache.apply(rec, rev)
-	m.event(rec, "", "")
 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createDeadline)
 	defer cancel()
@@ -232,17 +291,25 @@ func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandbo
 			// Nothing of it is left: the record goes too, and the
 			// caller is told when to try again.
 			m.forget(cctx, rec, "create refused: "+errdefs.MessageOf(err))
-			return api.Sandbox{}, withRetryHint(err)
+			return out, withRetryHint(err)
 		}
 		m.fail(cctx, rec.ID, "create failed: "+errdefs.MessageOf(err))
-		return api.Sandbox{}, err
+		return out, err
 	}
-	out, err := m.transition(cctx, rec.ID, api.StatePending, api.StateRunning, "")
+	out, err = m.transition(cctx, rec.ID, api.StatePending, api.StateRunning, "")
 	if err != nil {
 		// Deleted while being created: the deleter destroys it.
-		return api.Sandbox{}, err
+		return out, err
 	}
-	return out.Sandbox, nil
+	if rec.Trajectory != "" && !o.resumed {
+		if err := m.logCreate(cctx, out, req, img); err != nil {
+			// An unlogged sandbox would record a trajectory without its
+			// start: it goes.
+			_ = m.destroy(cctx, out.ID, "trajectory_unavailable")
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 func (m *Manager) trackCreate(id string, on bool) {

@@ -36,10 +36,18 @@ type eventLog interface {
 	FollowAuditEvents(ctx context.Context, id string, skip int, fn func(api.AuditEvent) error) error
 }
 
+// snapshotRecords says whose each snapshot is.
+type snapshotRecords interface {
+	PutSnapshot(ctx context.Context, r store.SnapshotRecord) error
+	GetSnapshot(ctx context.Context, id string) (store.SnapshotRecord, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+}
+
 // stateStore is the store: records, events and the nodes' heartbeats.
 type stateStore interface {
 	sandboxRecords
 	eventLog
+	snapshotRecords
 	ListNodes(ctx context.Context) ([]api.Node, error)
 }
 
@@ -50,12 +58,17 @@ type nodeLifecycle interface {
 	Destroy(ctx context.Context, node, id string) error
 	List(ctx context.Context, node string) ([]noderpc.SandboxStatus, error)
 	SetPhase(ctx context.Context, node, id string, p api.Phase) error
+	// Snapshot stores a sandbox's writable state as a layer.
+	Snapshot(ctx context.Context, node, id string, req noderpc.SnapshotRequest) (noderpc.SnapshotReply, error)
 	ServeEnded(handle func(noderpc.EndedReport) error) (stop func(), err error)
 }
 
 // nodeCommands runs commands and processes in a node's sandbox.
 type nodeCommands interface {
 	Exec(ctx context.Context, node, id string, req api.ExecRequest, out *noderpc.Output) (api.ExecResult, error)
+	// ExecStep is Exec as step n of a trajectory: the node says whether
+	// the command changed the sandbox's state.
+	ExecStep(ctx context.Context, node, id string, step int, req api.ExecRequest, out *noderpc.Output) (api.ExecResult, noderpc.StepInfo, error)
 	StartProcess(ctx context.Context, node, id string, req api.ExecRequest) (api.Process, error)
 	ListProcesses(ctx context.Context, node, id string) ([]api.Process, error)
 	GetProcess(ctx context.Context, node, id string, pid int) (api.Process, error)

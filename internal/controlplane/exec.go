@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"slices"
 
 	"time"
 
@@ -47,6 +48,13 @@ func (m *Manager) Exec(ctx context.Context, owner, id string, req api.ExecReques
 	}
 	start := time.Now()
 	defer func() { m.obs.Executed(rec.Tier, time.Since(start), err) }()
+	r, err := m.recording(ctx, rec)
+	if err != nil {
+		return res, err
+	}
+	if r != nil {
+		return m.recordedExec(ctx, r, rec, req, out)
+	}
 	return m.nodes.Exec(ctx, rec.Node, id, req, out)
 }
 
@@ -61,7 +69,35 @@ func (m *Manager) StartProcess(ctx context.Context, owner, id string, req api.Ex
 	if err := m.execDefaults(&req); err != nil {
 		return api.Process{}, err
 	}
-	return m.nodes.StartProcess(ctx, rec.Node, id, req)
+	var p api.Process
+	logged, stdinDigest := redactExec(req, rec.SecretEnv)
+	st := api.TrajectoryStep{Kind: api.KindExec, Exec: &api.StepExec{Request: logged, StdinDigest: stdinDigest, Process: true}}
+	err = m.stepped(ctx, rec, st, func(step int) error {
+		if rec.Trajectory != "" {
+			if err := m.keepStdin(ctx, rec.Trajectory, req.Stdin, stdinDigest); err != nil {
+				return err
+			}
+		}
+		p, err = m.nodes.StartProcess(ctx, rec.Node, id, req)
+		st.Exec.Pid = p.Pid
+		return err
+	})
+	if err == nil && p.Pid == 0 {
+		// Answered from the log: the replay started it; the newest
+		// process that runs the same command is it.
+		ps, err := m.nodes.ListProcesses(ctx, rec.Node, id)
+		if err != nil {
+			return p, err
+		}
+		for _, q := range ps {
+			if slices.Equal(q.Cmd, req.Cmd) || len(req.Cmd) == 0 && len(q.Cmd) > 0 && q.Cmd[len(q.Cmd)-1] == req.Command {
+				if q.StartedAt.After(p.StartedAt) {
+					p = q
+				}
+			}
+		}
+	}
+	return p, err
 }
 
 func (m *Manager) ListProcesses(ctx context.Context, owner, id string) ([]api.Process, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/store"
 )
@@ -36,6 +37,7 @@ type memData struct {
 	events  []store.Event
 	nodes   []api.Node
 	updates int // UpdateSandbox calls, conflicts included
+	snaps   map[string]store.SnapshotRecord
 }
 
 type memRec struct {
@@ -66,7 +68,36 @@ type memStore struct {
 	failCreate, failUpdate, failPurge error
 }
 
-func newMemStore() *memStore { return &memStore{d: &memData{recs: map[string]memRec{}}} }
+func newMemStore() *memStore {
+	return &memStore{d: &memData{recs: map[string]memRec{}, snaps: map[string]store.SnapshotRecord{}}}
+}
+
+func (s *memStore) PutSnapshot(ctx context.Context, r store.SnapshotRecord) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if _, ok := s.d.snaps[r.ID]; ok {
+		return errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "snapshot %s exists", r.ID)
+	}
+	s.d.snaps[r.ID] = r
+	return nil
+}
+
+func (s *memStore) GetSnapshot(ctx context.Context, id string) (store.SnapshotRecord, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	r, ok := s.d.snaps[id]
+	if !ok {
+		return r, errdefs.New(errdefs.NotFound, api.CodeSnapshotNotFound, "snapshot %q not found", id)
+	}
+	return r, nil
+}
+
+func (s *memStore) DeleteSnapshot(ctx context.Context, id string) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	delete(s.d.snaps, id)
+	return nil
+}
 
 // peer returns another writer on the same data, whose writes this
 // handle's watch delivers.
@@ -358,6 +389,10 @@ func (f *fakeNodes) SetPhase(ctx context.Context, node, id string, p api.Phase) 
 	return f.phaseErr
 }
 
+func (f *fakeNodes) Snapshot(ctx context.Context, node, id string, req noderpc.SnapshotRequest) (noderpc.SnapshotReply, error) {
+	return noderpc.SnapshotReply{}, errors.New("Snapshot is not faked")
+}
+
 func (f *fakeNodes) ServeEnded(handle func(noderpc.EndedReport) error) (func(), error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -412,6 +447,14 @@ func (f fakeImages) LayerPaths(ctx context.Context, id string) (map[string]bool,
 
 func (f fakeImages) ReadLayerFile(ctx context.Context, id, p string, max int64) ([]byte, error) {
 	return nil, errors.New("ReadLayerFile is not faked")
+}
+
+func (f fakeImages) Stack(ctx context.Context, base string, top []api.ImageLayer, tiers []string) (image.Resolved, error) {
+	return image.Resolved{}, errors.New("Stack is not faked")
+}
+
+func (f fakeImages) RegisterLayer(ctx context.Context, m layer.Manifest) (store.LayerRecord, error) {
+	return store.LayerRecord{}, errors.New("RegisterLayer is not faked")
 }
 
 // storeTimeout is a store write that timed out.

@@ -26,7 +26,11 @@ func (m *Manager) WriteFile(ctx context.Context, owner, id, path string, r io.Re
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	return m.nodes.WriteFile(ctx, rec.Node, id, path, r, noderpc.FileRequest{Mode: mode, Parents: parents, MaxBytes: m.lim.MaxFileBytes})
+	opt := noderpc.FileRequest{Mode: mode, Parents: parents, MaxBytes: m.lim.MaxFileBytes}
+	if rec.Trajectory == "" {
+		return m.nodes.WriteFile(ctx, rec.Node, id, path, r, opt)
+	}
+	return m.recordedWrite(ctx, rec, path, r, opt)
 }
 
 func (m *Manager) ListFiles(ctx context.Context, owner, id, path string, depth int) ([]api.FileInfo, error) {
@@ -50,7 +54,16 @@ func (m *Manager) Mkdir(ctx context.Context, owner, id, path string, parents boo
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	return m.nodes.Mkdir(ctx, rec.Node, id, path, parents)
+	var fi api.FileInfo
+	err = m.stepped(ctx, rec, api.TrajectoryStep{Kind: api.KindMkdir, File: &api.StepFile{Path: path, Parents: parents}}, func(int) error {
+		fi, err = m.nodes.Mkdir(ctx, rec.Node, id, path, parents)
+		return err
+	})
+	if err == nil && fi.Path == "" {
+		// Answered from the log: the directory is there already.
+		return m.nodes.Stat(ctx, rec.Node, id, path)
+	}
+	return fi, err
 }
 
 func (m *Manager) RemoveFile(ctx context.Context, owner, id, path string, recursive bool) error {
@@ -58,7 +71,9 @@ func (m *Manager) RemoveFile(ctx context.Context, owner, id, path string, recurs
 	if err != nil {
 		return err
 	}
-	return m.nodes.Remove(ctx, rec.Node, id, path, recursive)
+	return m.stepped(ctx, rec, api.TrajectoryStep{Kind: api.KindRemove, File: &api.StepFile{Path: path, Recursive: recursive}}, func(int) error {
+		return m.nodes.Remove(ctx, rec.Node, id, path, recursive)
+	})
 }
 
 func (m *Manager) Rename(ctx context.Context, owner, id, from, to string) (api.FileInfo, error) {
@@ -66,5 +81,13 @@ func (m *Manager) Rename(ctx context.Context, owner, id, from, to string) (api.F
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	return m.nodes.Rename(ctx, rec.Node, id, from, to)
+	var fi api.FileInfo
+	err = m.stepped(ctx, rec, api.TrajectoryStep{Kind: api.KindRename, File: &api.StepFile{Path: from, To: to}}, func(int) error {
+		fi, err = m.nodes.Rename(ctx, rec.Node, id, from, to)
+		return err
+	})
+	if err == nil && fi.Path == "" {
+		return m.nodes.Stat(ctx, rec.Node, id, to)
+	}
+	return fi, err
 }

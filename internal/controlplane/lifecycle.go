@@ -45,6 +45,9 @@ func (m *Manager) mutate(ctx context.Context, id string, fn func(rec *store.Sand
 		m.cache.apply(rec, nrev)
 		if rec.State != prev {
 			m.event(rec, prev, rec.Reason)
+			if sandbox.Final(rec.State) {
+				m.trajectoryEnded(rec)
+			}
 		}
 		return rec, nil
 	}

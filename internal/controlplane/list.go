@@ -29,6 +29,9 @@ func (m *Manager) running(owner, id string) (store.SandboxRecord, error) {
 	if err != nil {
 		return rec, err
 	}
+	if rec.State == api.StatePending && rec.Incarnation > 1 {
+		return rec, notReady(&rec)
+	}
 	if rec.State != api.StateRunning {
 		return rec, notRunning(&rec)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/store"
 )
@@ -49,6 +50,8 @@ type Limits struct {
 	MaxFileBytes int64
 	// Retention keeps stopped and failed records this long (10 min).
 	Retention time.Duration
+	// MaxForkCount caps one fork's children (64).
+	MaxForkCount int
 }
 
 func (l *Limits) setDefaults() {
@@ -80,6 +83,7 @@ func (l *Limits) setDefaults() {
 	deff(&l.MaxExecTimeoutS, 3600)
 	def(&l.DefaultOutputBytes, 4<<20)
 	def(&l.MaxOutputBytes, 64<<20)
+	def(&l.MaxForkCount, 64)
 	if l.MaxFileBytes == 0 {
 		l.MaxFileBytes = 4 << 30
 	}
@@ -107,6 +111,10 @@ type imageResolver interface {
 	// LayerPaths and ReadLayerFile read a tests layer (sealed grading).
 	LayerPaths(ctx context.Context, id string) (map[string]bool, error)
 	ReadLayerFile(ctx context.Context, id, p string, max int64) ([]byte, error)
+	// RegisterLayer records a layer a node built and stored (a snapshot's);
+	// Stack records an image made of another with layers on top.
+	RegisterLayer(ctx context.Context, m layer.Manifest) (store.LayerRecord, error)
+	Stack(ctx context.Context, base string, top []api.ImageLayer, tiers []string) (image.Resolved, error)
 }
 
 // Options configure a Manager.
@@ -119,6 +127,9 @@ type Options struct {
 	Logger   *slog.Logger
 	Limits   Limits
 	Observer Observer
+	// Trajectories is the trajectory store (*trajectory.Store); nil: no
+	// trajectories (creates that ask for one are refused).
+	Trajectories trajectoryLog
 	// NodeStale is how long a node may miss heartbeats before it is not
 	// used for placement (10 s) and before its sandboxes are declared lost
 	// (NodeLost, 90 s).
@@ -140,6 +151,8 @@ type Manager struct {
 
 	cache *cache
 	view  *nodeView
+	traj  trajectoryLog
+	recs  recordings
 
 	limMu    sync.Mutex // guards following fields
 	limiters map[string]*rate.Limiter
@@ -180,6 +193,8 @@ func New(opt Options) *Manager {
 	return &Manager{
 		st: opt.Store, nodes: opt.Nodes, images: opt.Images,
 		log: opt.Logger.With("component", "controlplane"), lim: opt.Limits, obs: opt.Observer, opt: opt,
+		traj:     opt.Trajectories,
+		recs:     recordings{m: map[string]*recording{}},
 		cache:    newCache(),
 		view:     newNodeView(),
 		limiters: map[string]*rate.Limiter{},

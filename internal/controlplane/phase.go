@@ -94,6 +94,10 @@ func (m *Manager) SetPhase(ctx context.Context, owner, id string, req api.SetPha
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	if m.fastForwardPast(ctx, rec, api.TrajectoryStep{Kind: api.KindPhase, Phase: &req}) {
+		// A resumed sandbox whose log moved to this phase next: done.
+		return rec.Sandbox, nil
+	}
 	if len(rec.Phases) == 0 {
 		return api.Sandbox{}, errdefs.New(errdefs.Conflict, api.CodeNoPhases, "sandbox %s was created without phases", id)
 	}
@@ -108,20 +112,27 @@ func (m *Manager) SetPhase(ctx context.Context, owner, id string, req api.SetPha
 	case to < from && !req.Back:
 		return api.Sandbox{}, errdefs.New(errdefs.Conflict, api.CodePhaseBackwards, "sandbox %s is in phase %s, after %s: going back needs back=true", id, rec.Phase, req.Phase)
 	}
-	if err := m.nodes.SetPhase(ctx, rec.Node, id, rec.Phases[to]); err != nil {
-		if errdefs.CodeOf(err) == api.CodePhaseChangeFailed {
-			// The node destroyed the sandbox rather than leave a phase
-			// applied in part (phase_change_busy leaves it running).
-			m.fail(context.WithoutCancel(ctx), id, api.CodePhaseChangeFailed)
+	var out store.SandboxRecord
+	err = m.stepped(ctx, rec, api.TrajectoryStep{Kind: api.KindPhase, Phase: &req}, func(int) error {
+		if err := m.nodes.SetPhase(ctx, rec.Node, id, rec.Phases[to]); err != nil {
+			if errdefs.CodeOf(err) == api.CodePhaseChangeFailed {
+				// The node destroyed the sandbox rather than leave a phase
+				// applied in part (phase_change_busy leaves it running).
+				m.fail(context.WithoutCancel(ctx), id, api.CodePhaseChangeFailed)
+			}
+			return err
 		}
+		out, err = m.mutate(ctx, id, func(r *store.SandboxRecord) (bool, error) {
+			r.Phase = req.Phase
+			r.PhaseHistory = append(r.PhaseHistory, api.PhaseChange{Phase: req.Phase, At: time.Now().UTC()})
+			return true, nil
+		})
+		return err
+	})
+	if err != nil {
 		return api.Sandbox{}, err
 	}
-	out, err := m.mutate(ctx, id, func(r *store.SandboxRecord) (bool, error) {
-		r.Phase = req.Phase
-		r.PhaseHistory = append(r.PhaseHistory, api.PhaseChange{Phase: req.Phase, At: time.Now().UTC()})
-		return true, nil
-	})
-	return out.Sandbox, err
+	return out.Sandbox, nil
 }
 
 // maxAuditEvents bounds one page of GET /v1/sandboxes/{id}/events.

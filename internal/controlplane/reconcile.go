@@ -43,7 +43,11 @@ func (m *Manager) reconcile(ctx context.Context, node string) {
 			// A sandbox that became running after the list started may
 			// simply not be in it.
 			if !present[rec.ID] && rec.StateSince.Before(listed) {
-				m.fail(ctx, rec.ID, "lost: its node no longer runs it")
+				if resumeAfterLoss(&rec) {
+					m.preempted(ctx, rec, "lost: its node no longer runs it")
+				} else {
+					m.fail(ctx, rec.ID, "lost: its node no longer runs it")
+				}
 				lost++
 			}
 		case api.StatePending:
@@ -85,6 +89,10 @@ func (m *Manager) failNode(ctx context.Context, node string) {
 		}
 	})
 	for _, id := range ids {
+		if rec, _, ok := m.cache.get(id); ok && resumeAfterLoss(&rec) {
+			m.preempted(ctx, rec, "node lost")
+			continue
+		}
 		_, err := m.mutate(ctx, id, func(rec *store.SandboxRecord) (bool, error) {
 			switch rec.State {
 			case api.StateStopping:

@@ -323,6 +323,19 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 	for k, v := range lim.DefaultImages {
 		defaults[k] = v
 	}
+	trajs, err := d.openTrajectories(ctx)
+	if err != nil {
+		return err
+	}
+	// Last (the stack unwinds in reverse): after the manager stopped
+	// appending, the heads' counters are written out.
+	cu.Add(func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := trajs.Close(fctx); err != nil {
+			d.log.Warn("closing the trajectory store", "err", err)
+		}
+	})
 	m = controlplane.New(controlplane.Options{
 		Store: d.st, Nodes: noderpc.NewClient(d.nc), Images: images, Logger: d.log, Observer: met,
 		Limits: controlplane.Limits{
@@ -331,7 +344,10 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 			MaxSandboxesPerOwner: lim.MaxSandboxesPerToken, CreatesPerSecond: lim.CreatesPerSecond,
 			CreateBurst: lim.CreateBurst, DefaultOutputBytes: lim.DefaultOutputBytes,
 			MaxFileBytes: d.cfg.API.MaxFileBytes, Retention: lim.Retention.Duration,
+			MaxForkCount: d.cfg.Trajectories.MaxForkCount,
 		},
+		Trajectories: trajs,
+		NodeLost:     lim.NodeLost.Duration,
 	})
 	if err := m.Start(ctx); err != nil {
 		return err

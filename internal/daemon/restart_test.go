@@ -35,7 +35,11 @@ func TestMain(m *testing.M) {
 		// SIGTERM shuts it down as it would `dsec up`; SIGKILL crashes it.
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
-		if err := Run(ctx, RoleUp, cfg, Build{Version: "test"}, log, func(Info) {}); err != nil {
+		role := RoleUp
+		if os.Getenv("DSEC_TEST_ROLE") == "node" {
+			role = RoleNode
+		}
+		if err := Run(ctx, role, cfg, Build{Version: "test"}, log, func(Info) {}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

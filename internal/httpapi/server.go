@@ -123,6 +123,17 @@ func (s *Server) routes() {
 	priv("GET /v1/sandboxes/{id}/files/exists", s.existsFile)
 	priv("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	priv("POST /v1/sandboxes/{id}/files/rename", s.rename)
+	priv("POST /v1/sandboxes/{id}/snapshot", s.snapshotSandbox)
+	priv("POST /v1/sandboxes/{id}/fork", s.forkSandbox)
+	priv("GET /v1/snapshots/{id}", s.getSnapshot)
+	priv("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
+	priv("GET /v1/trajectories", s.listTrajectories)
+	priv("GET /v1/trajectories/{id}", s.getTrajectory)
+	priv("DELETE /v1/trajectories/{id}", s.deleteTrajectory)
+	priv("GET /v1/trajectories/{id}/steps", s.trajectorySteps)
+	priv("GET /v1/trajectories/{id}/export", s.exportTrajectory)
+	priv("GET /v1/trajectories/{id}/blobs/{digest}", s.trajectoryBlob)
+	priv("POST /v1/trajectories/{id}/resume", s.resumeTrajectory)
 }
 
 // ServeHTTP adds a request ID, recovers panics, and records metrics.

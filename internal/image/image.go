@@ -399,3 +399,41 @@ func ToAPI(rec store.ImageRecord, name string) api.Image {
 func APIOf(res Resolved) api.Image {
 	return ToAPI(store.ImageRecord{ID: res.ID, Manifest: res.Manifest}, res.Name)
 }
+
+// maxStacked bounds the layers of an image that snapshots stacked on
+// another: each snapshot adds one; overlayfs takes up to 500 lowers, and
+// each is one more mount to hold.
+const maxStacked = 128
+
+// Stack records the image made of base (an image's ID or name) with top
+// on it (layers by ID or name, bottom first): the image of a snapshot.
+// Unlike Compose it takes an image's ID as the base, and its limit is
+// maxStacked, not 16, since snapshots add layers one by one.
+func (r *Registry) Stack(ctx context.Context, base string, top []api.ImageLayer, tiers []string) (Resolved, error) {
+	img, err := r.Resolve(ctx, base)
+	if err != nil {
+		return Resolved{}, err
+	}
+	if img.Source() != "layers" {
+		return Resolved{}, errdefs.New(errdefs.Unsupported, api.CodeImageSourceUnsupported, "image %s is a directory, not layers: nothing can be stacked on it", base)
+	}
+	m := store.ImageManifest{Version: 1, Tiers: tiers, Layers: slices.Clone(img.Manifest.Layers)}
+	res := Resolved{Layers: slices.Clone(img.Layers)}
+	for _, l := range top {
+		lr, err := r.ResolveLayer(ctx, l.ID)
+		if err != nil {
+			return Resolved{}, err
+		}
+		m.Layers = append(m.Layers, store.ImageLayer{Role: l.Role, ID: lr.ID})
+		res.Layers = append(res.Layers, lr)
+	}
+	if len(m.Layers) > maxStacked {
+		return Resolved{}, errdefs.New(errdefs.Invalid, api.CodeTooManyLayers, "an image stacks at most %d layers", maxStacked)
+	}
+	rec := store.ImageRecord{ID: m.ID(), Manifest: m, Created: time.Now().UTC()}
+	if err := r.recs.PutImage(ctx, rec); err != nil {
+		return Resolved{}, err
+	}
+	res.ID, res.Manifest = rec.ID, m
+	return res, nil
+}

@@ -341,3 +341,25 @@ func nameOf(id string, names []store.NameRecord) string {
 	}
 	return ""
 }
+
+// RegisterLayer records a layer whose files a node built and stored in
+// the blob store itself (a snapshot's state layer): both files must be
+// there, and the manifest valid.
+func (r *Registry) RegisterLayer(ctx context.Context, m layer.Manifest) (store.LayerRecord, error) {
+	if r.blobs == nil {
+		return store.LayerRecord{}, errdefs.New(errdefs.Unsupported, api.CodeNoBlobStore, "this server has no blob store")
+	}
+	if err := m.Validate(); err != nil {
+		return store.LayerRecord{}, errdefs.Wrap(errdefs.Invalid, api.CodeInvalidLayer, err, "the node's layer is not valid")
+	}
+	for _, f := range []layer.FileRef{m.Meta, m.Blob} {
+		if _, err := r.blobs.Stat(ctx, f.Digest); err != nil {
+			return store.LayerRecord{}, errdefs.Within(errdefs.Invalid, api.CodeInvalidLayer, err, "the node's layer file %s is not in the blob store", f.Digest)
+		}
+	}
+	rec := store.LayerRecord{ID: m.ID(), Manifest: m, Created: time.Now().UTC()}
+	if err := r.recs.PutLayer(ctx, rec); err != nil {
+		return store.LayerRecord{}, err
+	}
+	return r.layer(ctx, rec.ID)
+}

@@ -35,6 +35,19 @@ type SandboxRecord struct {
 	// Grades are the sealed gradings run for the sandbox, oldest first
 	// (the last maxGrades).
 	Grades []api.GradeSummary `json:"grades,omitempty"`
+	// SecretEnv names the Env keys a trajectory never logs.
+	SecretEnv []string `json:"secret_env,omitempty"`
+	// ResumeOnPreempt: resume from the trajectory when the node is lost.
+	ResumeOnPreempt bool `json:"resume_on_preempt,omitempty"`
+	// FromSnapshot is the snapshot the sandbox started from.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// StateLayers are the layers snapshots added to its image, bottom
+	// first: the next snapshot stacks its own on them.
+	StateLayers []string `json:"state_layers,omitempty"`
+	// BaseState are the state layers of the image it was created from.
+	BaseState []string `json:"base_state,omitempty"`
+	// StateImage is the image of its last snapshot.
+	StateImage string `json:"state_image,omitempty"`
 }
 
 // GetSandbox returns the record and its revision; NotFound if absent.

@@ -24,6 +24,7 @@ const (
 	BucketNodes     = "dsec_nodes"
 	BucketImages    = "dsec_images"
 	BucketLayers    = "dsec_layers"
+	BucketSnapshots = "dsec_snapshots"
 	StreamEvents    = "DSEC_EVENTS"
 	// StreamAudit holds audit events (audit.Stream), under
 	// AuditSubjectPrefix<sandbox>.
@@ -51,6 +52,7 @@ type Store struct {
 	nodes     jetstream.KeyValue
 	imageKV   jetstream.KeyValue
 	layerKV   jetstream.KeyValue
+	snapKV    jetstream.KeyValue
 
 	own ownWrites // sandbox records being written by this Store's callers
 }
@@ -83,6 +85,8 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 			Description: "images by ID and name"}},
 		{&s.layerKV, jetstream.KeyValueConfig{Bucket: BucketLayers, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
 			Description: "layers by ID and name"}},
+		{&s.snapKV, jetstream.KeyValueConfig{Bucket: BucketSnapshots, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+			Description: "snapshots of sandboxes, with their owners"}},
 	}
 	for _, b := range buckets {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)

@@ -1,0 +1,147 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/store"
+	"github.com/dsec-dev/dsec/internal/trajectory"
+)
+
+// validateTrajectory checks a create's trajectory fields: a valid name
+// (or one made up for record), secret env keys the env has, and a
+// snapshot to start from that the owner may use (it becomes the image).
+func (m *Manager) validateTrajectory(ctx context.Context, owner string, req *api.CreateSandboxRequest) error {
+	if req.Record && req.Trajectory == "" {
+		req.Trajectory = trajectory.NewID()
+	}
+	if req.Trajectory != "" || req.ResumeOnPreempt {
+		if m.traj == nil {
+			return noTrajectories()
+		}
+		if req.Trajectory == "" {
+			return errdefs.New(errdefs.Invalid, api.CodeInvalidTrajectoryID, "resume_on_preempt needs a trajectory (trajectory or record)")
+		}
+		if err := trajectory.ValidID(req.Trajectory); err != nil {
+			return err
+		}
+	}
+	for _, k := range req.SecretEnv {
+		if _, ok := req.Env[k]; !ok {
+			return errdefs.New(errdefs.Invalid, api.CodeInvalidEnv, "secret_env names %q, which env does not set", k)
+		}
+	}
+	if req.FromSnapshot != "" {
+		if req.Layers != nil || req.Image != "" && req.Image != m.lim.DefaultImages[req.Tier] {
+			return errdefs.New(errdefs.Invalid, api.CodeImageAndLayers, "from_snapshot gives the image: leave image and layers out")
+		}
+		snap, err := m.snapshot(ctx, owner, req.FromSnapshot)
+		if err != nil {
+			return err
+		}
+		if snap.Tier != req.Tier && !snapshotPortable(snap.Tier, req.Tier) {
+			return errdefs.New(errdefs.Invalid, api.CodeImageTierMismatch, "snapshot %s is of a %s sandbox, not %s", snap.ID, snap.Tier, req.Tier)
+		}
+		req.Image = snap.Image
+	}
+	return nil
+}
+
+// snapshotPortable reports whether a state layer taken on one tier can
+// start a sandbox of another: container and function state layers are
+// both file trees over the same image, VM disks are not.
+func snapshotPortable(from, to string) bool {
+	fs := []string{api.TierContainer, api.TierFunction}
+	return slices.Contains(fs, from) && slices.Contains(fs, to)
+}
+
+// beginTrajectory makes a new trajectory's head. A name in use is a
+// conflict, whoever owns it.
+func (m *Manager) beginTrajectory(ctx context.Context, owner string, rec store.SandboxRecord, o createOpts) error {
+	now := time.Now().UTC()
+	h := trajectory.Head{Owner: owner}
+	h.ID, h.State, h.Sandbox, h.Tier = rec.Trajectory, api.TrajectoryRecording, rec.ID, rec.Tier
+	h.Parent, h.ParentStep = o.parent, o.parentStep
+	h.Incarnations, h.ResumeOnPreempt = 1, rec.ResumeOnPreempt
+	h.CreatedAt, h.UpdatedAt = now, now
+	return m.traj.Begin(ctx, h)
+}
+
+// abandonTrajectory removes the head of a trajectory whose sandbox was
+// never made: nothing was logged, and the name may be used again.
+func (m *Manager) abandonTrajectory(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.traj.Delete(ctx, id); err != nil {
+		m.log.Warn("removing the trajectory of a failed create", "trajectory", id, "err", err)
+	}
+}
+
+// logCreate logs a new sandbox's spec as its trajectory's first step:
+// the image by ID and its layers, so a resume builds the same root
+// whatever names moved since; secret env values left out.
+func (m *Manager) logCreate(ctx context.Context, rec store.SandboxRecord, req api.CreateSandboxRequest, img image.Resolved) error {
+	r, err := m.recording(ctx, rec)
+	if err != nil {
+		return err
+	}
+	logged, secret := trajectory.Redact(req)
+	logged.Image, logged.Layers, logged.Record = img.ID, nil, false
+	logged.Trajectory = rec.Trajectory
+	st := api.TrajectoryStep{Kind: api.KindCreate, Create: &api.StepCreate{Request: logged, SecretEnv: secret, FromSnapshot: req.FromSnapshot}}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return m.appendStep(ctx, r, rec, &st)
+}
+
+// trajectoryEnded logs how a recorded sandbox ended and marks its
+// trajectory ended, unless another incarnation records to it already.
+func (m *Manager) trajectoryEnded(rec store.SandboxRecord) {
+	if m.traj == nil || rec.Trajectory == "" {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		defer m.dropRecording(rec.ID, nil)
+		h, _, err := m.traj.Head(ctx, rec.Trajectory)
+		if err != nil || h.Sandbox != rec.ID || h.Incarnations != rec.Incarnation {
+			return
+		}
+		if r, err := m.recording(ctx, rec); err == nil && r != nil {
+			r.mu.Lock()
+			st := api.TrajectoryStep{Kind: api.KindEnd, End: &api.StepEnd{Reason: rec.Reason}}
+			err = m.appendStep(ctx, r, rec, &st)
+			r.mu.Unlock()
+			if err != nil {
+				m.log.Warn("logging a trajectory's end", "trajectory", rec.Trajectory, "err", err)
+			}
+		}
+		if err := m.traj.Flush(ctx, rec.Trajectory); err != nil {
+			m.log.Warn("writing a trajectory's counters", "trajectory", rec.Trajectory, "err", err)
+		}
+		_, err = m.traj.MutateHead(ctx, rec.Trajectory, func(h *trajectory.Head) error {
+			if h.Sandbox != rec.ID || h.State == api.TrajectoryResuming {
+				return errNoChange // resumed meanwhile
+			}
+			if h.State != api.TrajectoryDiverged {
+				h.State = api.TrajectoryEnded
+			}
+			h.UpdatedAt = time.Now().UTC()
+			return nil
+		})
+		if err != nil && !errors.Is(err, errNoChange) {
+			m.log.Warn("ending a trajectory", "trajectory", rec.Trajectory, "err", err)
+		}
+	}()
+}
+
+// errNoChange leaves a head as it is (from a MutateHead function).
+var errNoChange = errors.New("no change")
