@@ -91,7 +91,7 @@ bt = $(if $(filter 1,$(SMOKE)),1x,$(1))
 
 # In-process benchmarks, then the whole system measured through its API by
 # `dsec bench` against a fresh `dsec up`.
-bench: deps-bench build bench-container bench-vm bench-burst
+bench: deps-bench build bench-container bench-vm bench-burst bench-trajectory
 	$(GO) test -run '^$$' -bench 'InstantiateGoTool' -benchtime $(BT_TIME) ./internal/wasmopt/
 	$(GO) test -run '^$$' -bench 'CallTiny|CallGoTool' -benchtime $(BT_TIME) -cpu 1,2 ./internal/function/
 	$(GO) test -run '^$$' -bench 'CreateExecDelete' -benchtime $(BT_TIME) -cpu 2,8 ./internal/function/
@@ -125,6 +125,15 @@ bench-vm: deps-bench build
 	$(GO) test -run '^$$' -bench 'CreateParallel4' -benchtime $(call bt,3x) -timeout 20m ./internal/vm/vmtier/
 	$(GO) test -run '^$$' -bench 'CreateVM' -benchtime $(call bt,6x) -timeout 20m ./internal/vm/vmtier/
 	set -o pipefail; DSEC_TEST_MICROVM_NETBENCH=$(VM_BOOTS) $(GO) test -run 'TestNetworkBootTime' -count=1 -v -timeout 20m ./internal/vm/vmtier/ | grep -E 'boot|network|PASS|FAIL'
+
+# Trajectories: one append to the log, snapshots of a container's
+# writable layer, then, through the API of one `dsec up`, the cost of
+# recording, resume of a 40-step rollout, fork(16) and snapshots
+# (smaller with SMOKE=1: -short).
+bench-trajectory: deps-bench build
+	$(GO) test -run '^$$' -bench 'Append' -benchtime $(call bt,500x) ./internal/trajectory/
+	$(GO) test -run '^$$' -bench 'Snapshot' -benchtime $(call bt,3x) -timeout 20m ./internal/container/
+	$(GO) test -run '^$$' -bench '^BenchmarkTrajectory$$' -benchtime 1x -timeout 30m $(if $(filter 1,$(SMOKE)),-short) ./internal/daemon/
 
 # Container creates fired at once (2,000): through the Go client
 # (`dsec bench`), then the asyncio SDK, each against a fresh `dsec up`.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dsec-dev/dsec/api"
@@ -33,6 +34,11 @@ func (s JetStreamSink) Append(ctx context.Context, e api.AuditEvent) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
+	}
+	// An async publish on a closed connection leaves a goroutine of the
+	// client library waiting forever (its status channel is nil then).
+	if s.JS.Conn().IsClosed() {
+		return nats.ErrConnectionClosed
 	}
 	_, err = s.JS.PublishAsync(Subject(e.Sandbox), b)
 	return err

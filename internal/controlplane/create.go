@@ -296,12 +296,18 @@ func (m *Manager) create(ctx context.Context, owner string, req api.CreateSandbo
 		m.fail(cctx, rec.ID, "create failed: "+errdefs.MessageOf(err))
 		return out, err
 	}
+	if o.resumed {
+		// Pending until the replay is done: calls meanwhile are told to
+		// retry (running), so none interleaves with the replay.
+		out, _, _ = m.cache.get(rec.ID)
+		return out, nil
+	}
 	out, err = m.transition(cctx, rec.ID, api.StatePending, api.StateRunning, "")
 	if err != nil {
 		// Deleted while being created: the deleter destroys it.
 		return out, err
 	}
-	if rec.Trajectory != "" && !o.resumed {
+	if rec.Trajectory != "" {
 		if err := m.logCreate(cctx, out, req, img); err != nil {
 			// An unlogged sandbox would record a trajectory without its
 			// start: it goes.

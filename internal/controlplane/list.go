@@ -29,7 +29,7 @@ func (m *Manager) running(owner, id string) (store.SandboxRecord, error) {
 	if err != nil {
 		return rec, err
 	}
-	if rec.State == api.StatePending && rec.Incarnation > 1 {
+	if rec.State == api.StatePending && rec.Incarnation > 1 && rec.Trajectory != "" {
 		return rec, notReady(&rec)
 	}
 	if rec.State != api.StateRunning {

@@ -61,6 +61,10 @@ func (m *Manager) resume(ctx context.Context, owner, trajID string, req api.Resu
 		m.releaseTrajectory(trajID, h)
 		return api.ResumeResult{}, err
 	}
+	// The record stays pending through the replay; reconciliation must
+	// not take it for an interrupted create.
+	m.trackCreate(rec.ID, true)
+	defer m.trackCreate(rec.ID, false)
 	rp := replay{m: m, rec: rec, traj: trajID, secret: req.SecretEnv, stop: req.OnDivergence == api.DivergenceStop}
 	for _, st := range steps {
 		if st.Step <= base {
@@ -95,9 +99,12 @@ func (m *Manager) resume(ctx context.Context, owner, trajID string, req api.Resu
 	}
 	r.mu.Unlock()
 	if err != nil {
+		_ = m.destroy(ctx, rec.ID, "resume_failed")
+		m.releaseTrajectory(trajID, h)
 		return res, err
 	}
 	if rec, err = m.settleResume(ctx, trajID, rec, rp.div); err != nil {
+		_ = m.destroy(ctx, rec.ID, "resume_failed")
 		return res, err
 	}
 	res.Sandbox = rec.Sandbox
@@ -160,11 +167,12 @@ func (m *Manager) settleResume(ctx context.Context, id string, rec store.Sandbox
 	if err != nil {
 		return rec, err
 	}
-	if div == nil {
-		return rec, nil
-	}
 	return m.mutate(ctx, rec.ID, func(r *store.SandboxRecord) (bool, error) {
-		r.Divergence = div
+		if r.State != api.StatePending {
+			return false, notRunning(r) // deleted during the replay
+		}
+		setState(r, api.StateRunning, "")
+		r.Reason, r.Divergence = "", div
 		return true, nil
 	})
 }

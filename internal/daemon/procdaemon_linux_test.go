@@ -144,8 +144,9 @@ func startProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
 	return d
 }
 
-// launchProcDaemon starts `dsec up` with cfg in a child process.
-func launchProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
+// launchProcDaemon starts `dsec up` with cfg in a child process; env is
+// added to its environment (DSEC_TEST_ROLE=node runs the node role).
+func launchProcDaemon(t *testing.T, cfg config.Config, env ...string) *procDaemon {
 	t.Helper()
 	_ = os.Remove(filepath.Join(cfg.DataDir, AddrFile)) // a killed daemon's
 	raw, err := json.Marshal(cfg)
@@ -154,7 +155,7 @@ func launchProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
 	}
 	d := &procDaemon{t: t, exited: make(chan struct{}), logs: &syncBuffer{}, cfg: cfg}
 	d.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	d.cmd.Env = append(os.Environ(), "DSEC_TEST_DAEMON="+string(raw))
+	d.cmd.Env = append(append(os.Environ(), "DSEC_TEST_DAEMON="+string(raw)), env...)
 	d.cmd.Stderr = d.logs
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

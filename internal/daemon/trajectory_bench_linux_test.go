@@ -34,7 +34,8 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // resume of the 40-step rollout from scratch and from its step-20
 // snapshot against the original's wall time with a 2 s model pause per
 // step, fork(16) of a sandbox with a 10 MB writable layer, and snapshots
-// of a 100 MB writable layer and of a 1 MB change after it.
+// of a 100 MB writable layer and of a 1 MB change after it. With -short
+// (make bench-smoke) every part runs at a small size, to show it runs.
 func BenchmarkTrajectory(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("the container tier needs root")
@@ -59,7 +60,10 @@ func BenchmarkTrajectory(b *testing.B) {
 // benchLogging alternates recorded and unrecorded work in blocks, so
 // that both see the same machine.
 func benchLogging(ctx context.Context, b *testing.B, c *client.Client) {
-	const blocks, per = 10, 40
+	blocks, per := 10, 40
+	if testing.Short() {
+		blocks, per = 2, 3
+	}
 	var plain, rec time.Duration
 	n := 0
 	for blk := range blocks {
@@ -107,7 +111,11 @@ func benchLogging(ctx context.Context, b *testing.B, c *client.Client) {
 	}
 	p, r := mk(""), mk(fmt.Sprintf("bench/exec-%d", time.Now().UnixNano()))
 	var dp, dr []time.Duration
-	for i := range 600 {
+	execs := 600
+	if testing.Short() {
+		execs = 10
+	}
+	for i := range execs {
 		for _, id := range []string{p, r} {
 			if i%2 == 1 {
 				id = map[string]string{p: r, r: p}[id]
@@ -220,9 +228,13 @@ func benchFork(ctx context.Context, b *testing.B, c *client.Client) {
 		b.Fatalf("writing 10 MB: %+v, %v", res, err)
 	}
 	var all []time.Duration
-	for range 5 {
+	runs, count := 5, 16
+	if testing.Short() {
+		runs, count = 1, 2
+	}
+	for range runs {
 		t0 := time.Now()
-		fr, err := c.Fork(ctx, sb.ID, api.ForkRequest{Count: 16})
+		fr, err := c.Fork(ctx, sb.ID, api.ForkRequest{Count: count})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -251,7 +263,11 @@ func benchSnapshot(ctx context.Context, b *testing.B, c *client.Client) {
 			b.Fatalf("%s: %+v, %v", cmd, res, err)
 		}
 	}
-	run("for i in $(seq 100); do head -c 1048576 /dev/urandom > /workspace/f$i; done")
+	files := 100
+	if testing.Short() {
+		files = 4
+	}
+	run(fmt.Sprintf("for i in $(seq %d); do head -c 1048576 /dev/urandom > /workspace/f$i; done", files))
 	t0 := time.Now()
 	s1, err := c.Snapshot(ctx, sb.ID)
 	if err != nil {

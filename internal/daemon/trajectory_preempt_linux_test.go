@@ -71,10 +71,6 @@ func sweRollout() ([]rolloutStep, int) {
 		shStep("sed -i 's/Hello/Hi/' src/greet.sh"),
 		shStep("sh build.sh"),
 		shStep("sh test.sh"),
-		{"server", func(ctx context.Context, c *client.Client, id string) error {
-			_, err := c.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"sleep", "3600"}})
-			return err
-		}},
 		shStep("cat build/lib.sh"),
 		phaseStep("test"),
 		shStep("sh test.sh"),
@@ -84,12 +80,18 @@ func sweRollout() ([]rolloutStep, int) {
 		s = append(s, writeStep(fmt.Sprintf("/workspace/proj/src/mod%d.sh", i), fmt.Sprintf("mod%d() { echo %d; }\n", i, i*i)),
 			shStep("sh build.sh"), shStep("sh test.sh"))
 	}
+	// Both phase changes come before the node dies, so the resume
+	// replays them; the server starts after the last (a phase change
+	// ends the processes of the phase before).
+	s = append(s, phaseStep("submit"), rolloutStep{"server", func(ctx context.Context, c *client.Client, id string) error {
+		_, err := c.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"sleep", "3600"}})
+		return err
+	}})
 	// The step that the node's death interrupts.
 	interrupted := len(s)
 	s = append(s, shStep("sleep 4; echo late > late.txt"))
 	s = append(s,
 		shStep("grep -c mod build/lib.sh"),
-		phaseStep("submit"),
 		shStep("tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf /workspace/proj.tar -C /workspace proj"),
 		shStep("sha256sum /workspace/proj.tar > /workspace/proj.sum"),
 		shStep("rm -r build"),
@@ -225,6 +227,16 @@ func TestTrajectoryResumeAfterNodeLoss(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	b.kill()
+	// The killed node comes back at the end, whatever happened: what it
+	// left running is no one's by then (the records moved or ended), so
+	// it destroys it; then it stops for good.
+	t.Cleanup(func() {
+		b := launchNode(t, c, bcfg)
+		testenv.Eventually(t, time.Minute, "node-b to remove its orphans", func() bool {
+			return len(testenv.SandboxProcs(h.IDBase, h.IDCount, h.CgroupParent)) == 0
+		})
+		b.stop()
+	})
 	for range 2 {
 		err := testenv.Recv(t, errs, 2*time.Minute, "the interrupted step's answer")
 		if codeOf(err) != api.CodeTrajectoryInFlight {
@@ -289,21 +301,13 @@ func TestTrajectoryResumeAfterNodeLoss(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	// The killed node comes back: what it left running is no one's now
-	// (the records moved), so it is destroyed; then it stops for good.
-	b = launchNode(t, c, bcfg)
-	testenv.Eventually(t, time.Minute, "node-b to remove its orphans", func() bool {
-		return len(testenv.SandboxProcs(h.IDBase, h.IDCount, h.CgroupParent)) == 0
-	})
-	b.stop()
 }
 
 // launchNode starts a node role in a child process and waits until the
 // API server lists it.
 func launchNode(t *testing.T, c *client.Client, cfg config.Config) *procDaemon {
 	t.Helper()
-	t.Setenv("DSEC_TEST_ROLE", "node")
-	d := launchProcDaemon(t, cfg)
+	d := launchProcDaemon(t, cfg, "DSEC_TEST_ROLE=node")
 	testenv.Eventually(t, 2*time.Minute, "node "+cfg.Node.ID+" to join", func() bool {
 		nodes, err := c.Nodes(context.Background())
 		return err == nil && slices.ContainsFunc(nodes.Nodes, func(n api.Node) bool {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dsec-dev/dsec/api"
@@ -178,6 +179,11 @@ func (s *Store) PublishEvent(ctx context.Context, e Event) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("encoding event: %w", err)
+	}
+	// An async publish on a closed connection leaves a goroutine of the
+	// client library waiting forever (its status channel is nil then).
+	if s.js.Conn().IsClosed() {
+		return fmt.Errorf("publishing event: %w", nats.ErrConnectionClosed)
 	}
 	if _, err := s.js.PublishAsync(e.Subject(), b); err != nil {
 		return fmt.Errorf("publishing event: %w", err)

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -47,10 +45,6 @@ func validDigest(d string) bool {
 	return err == nil && strings.ToLower(hx) == hx
 }
 
-// blobName is a blob's object name: the trajectory's key, then the
-// digest, so a trajectory's blobs are its own to delete.
-func blobName(id, digest string) string { return key(id) + "/" + digest }
-
 // spoolInMemory is the most of a blob PutBlob holds in memory; the rest
 // goes to a temporary file while the digest is computed.
 const spoolInMemory = 1 << 20
@@ -77,22 +71,21 @@ func (s *Store) PutBlob(ctx context.Context, id string, r io.Reader) (string, in
 		return "", 0, fmt.Errorf("reading blob for %s: %w", id, err)
 	}
 	defer sp.close()
-	name := blobName(id, sp.digest)
-	info, err := s.blobs.GetInfo(ctx, name)
+	_, at, found, err := s.blobInfo(ctx, id, sp.digest)
 	switch {
-	case err == nil && time.Since(info.ModTime) < s.opt.Retention/2:
-		return sp.digest, sp.n, nil
-	case err != nil && !errors.Is(err, jetstream.ErrObjectNotFound):
+	case err != nil:
 		return "", 0, fmt.Errorf("reading blob %s of %s: %w", sp.digest, id, err)
+	case found && time.Since(at) < s.opt.Retention/2:
+		return sp.digest, sp.n, nil
 	}
 	rd, err := sp.reader()
 	if err != nil {
 		return "", 0, fmt.Errorf("reading blob for %s: %w", id, err)
 	}
-	if _, err := s.blobs.Put(ctx, jetstream.ObjectMeta{Name: name}, rd); err != nil {
+	if err := s.putChunks(ctx, id, sp.digest, rd, sp.n); err != nil {
 		return "", 0, fmt.Errorf("storing blob %s of %s: %w", sp.digest, id, err)
 	}
-	if info == nil { // a rewrite counted already
+	if !found { // a rewrite counted already
 		s.addBytes(id, sp.n)
 	}
 	return sp.digest, sp.n, nil
@@ -191,19 +184,14 @@ func (s *Store) Blob(ctx context.Context, id, digest string) (io.ReadCloser, int
 	if !validDigest(digest) {
 		return nil, 0, errdefs.New(errdefs.Invalid, api.CodeInvalidDigest, "%q is not a digest (sha256:<64 hex digits>)", digest)
 	}
-	obj, err := s.blobs.Get(ctx, blobName(id, digest))
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
+	m, _, found, err := s.blobInfo(ctx, id, digest)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading blob %s of %s: %w", digest, id, err)
+	}
+	if !found {
 		return nil, 0, errdefs.New(errdefs.NotFound, api.CodeBlobNotFound, "trajectory %q has no blob %s", id, digest)
 	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("reading blob %s of %s: %w", digest, id, err)
-	}
-	info, err := obj.Info()
-	if err != nil {
-		obj.Close()
-		return nil, 0, fmt.Errorf("reading blob %s of %s: %w", digest, id, err)
-	}
-	return obj, int64(info.Size), nil
+	return &chunkReader{ctx: ctx, s: s, base: blobBase(id, digest), chunks: m.Chunks}, m.Size, nil
 }
 
 // Outputs makes the result part of an exec step from res: each stream

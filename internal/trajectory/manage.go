@@ -107,39 +107,22 @@ func (s *Store) watchAll(ctx context.Context, filter string, fn func([]byte)) er
 
 // Delete removes trajectory id: its steps, the blobs they name, its
 // owner's index entry and its head, in that order, so that a delete that
-// stopped half-way can be done again (the head goes last). Blobs stored
-// but named by no step (a step that failed after its output was stored)
-// are left to expire with the retention. NotFound if there is no head.
+// stopped half-way can be done again (the head goes last). Every blob
+// under the trajectory's key goes, those named by no step (a step that
+// failed after its output was stored) too. NotFound if there is no head.
 // Snapshots' layers are not the log's: the control plane handles them.
 func (s *Store) Delete(ctx context.Context, id string) error {
 	h, _, err := s.readHead(ctx, id)
 	if err != nil {
 		return err
 	}
-	var digests []string
-	if first, ok, err := s.nextMsg(ctx, id, 1); err != nil {
-		return err
-	} else if ok {
-		err := s.read(ctx, id, first.seq, -1, func(m rawStep) error {
-			var st api.TrajectoryStep
-			if err := json.Unmarshal(m.data, &st); err != nil {
-				return nil // an undecodable step names no blob we can find
-			}
-			digests = append(digests, stepBlobs(&st)...)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
 	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject(id))); err != nil {
 		return fmt.Errorf("purging the log of %s: %w", id, err)
 	}
-	slices.Sort(digests)
-	for _, d := range slices.Compact(digests) {
-		if err := s.blobs.Delete(ctx, blobName(id, d)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			return fmt.Errorf("deleting blob %s of %s: %w", d, id, err)
-		}
+	// Every blob of the trajectory goes, those of steps that failed to
+	// log too: they live under its key.
+	if err := s.purgeBlobs(ctx, id); err != nil {
+		return fmt.Errorf("deleting the blobs of %s: %w", id, err)
 	}
 	if err := s.heads.Purge(ctx, ownerKey(h.Owner, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("deleting the index entry of %s: %w", id, err)

@@ -67,7 +67,7 @@ func TestRedactedNeverStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	var raw bytes.Buffer
-	for _, name := range []string{StreamName, "KV_" + BucketHeads, "OBJ_" + BucketBlobs} {
+	for _, name := range []string{StreamName, "KV_" + BucketHeads, StreamBlobs} {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)

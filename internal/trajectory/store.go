@@ -26,7 +26,6 @@ const (
 	StreamName    = "DSEC_TRAJECTORIES"
 	SubjectPrefix = "dsec.traj." // + key(id): one subject per trajectory
 	BucketHeads   = "dsec_trajectories"
-	BucketBlobs   = "dsec_trajectory_blobs"
 )
 
 // Defaults of Options.
@@ -75,12 +74,12 @@ type Head struct {
 // counted (the size cap is approximate by that much). Steps is always
 // recovered exactly from the log.
 type Store struct {
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	heads  jetstream.KeyValue
-	blobs  jetstream.ObjectStore
-	opt    Options
-	log    *slog.Logger
+	js         jetstream.JetStream
+	stream     jetstream.Stream
+	heads      jetstream.KeyValue
+	blobStream jetstream.Stream
+	opt        Options
+	log        *slog.Logger
 
 	mu     sync.Mutex // guards following fields
 	trajs  map[string]*traj
@@ -127,12 +126,13 @@ func Open(ctx context.Context, js jetstream.JetStream, opt Options) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("opening bucket %s: %w", BucketHeads, err)
 	}
-	s.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: BucketBlobs, Description: "trajectory outputs and file contents",
-		Storage: jetstream.FileStorage, Replicas: opt.Replicas, TTL: opt.Retention,
+	s.blobStream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: StreamBlobs, Description: "trajectory outputs and file contents, in chunks",
+		Subjects: []string{blobSubjectPrefix + ">"}, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+		MaxAge: opt.Retention, Discard: jetstream.DiscardOld, AllowDirect: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w", BucketBlobs, err)
+		return nil, fmt.Errorf("opening stream %s: %w", StreamBlobs, err)
 	}
 	return s, nil
 }
