@@ -34,6 +34,7 @@ type Sandbox struct {
 	umu      sync.Mutex
 	upper    *os.Root
 	upperDir *os.File // the same directory, for paths through /proc/self/fd
+	lastMark *sandbox.StepMark // the last step's closing mark (steps.go)
 
 	// phaseMu orders phase changes (writers) against reads of the
 	// current phase; state is replaced, never changed, under it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,17 @@ func TestPureSteps(t *testing.T) {
 		if pure != tc.pure || why != tc.why {
 			t.Errorf("%q: pure=%v why=%q, want pure=%v why=%q", tc.cmd, pure, why, tc.pure, tc.why)
 		}
+	}
+	// A change between two steps (the files API) counts against the
+	// next one: a step begins where the last one ended.
+	if _, err := sb.Files().Write(context.Background(), "/tmp/between", strings.NewReader("x"), sandbox.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if pure, why := stepPure(t, sb, "ls /"); pure || why != sandbox.WhyWrites {
+		t.Errorf("the step after a write between steps: pure=%v why=%q, want not pure (writes)", pure, why)
+	}
+	if pure, _ := stepPure(t, sb, "ls /"); !pure {
+		t.Error("the step after that is not pure")
 	}
 }
 

@@ -11,7 +11,19 @@ var _ sandbox.StepTracker = (*Sandbox)(nil)
 
 // BeginStep implements sandbox.StepTracker: a digest of the workspace,
 // the tier's only writable state (calls leave no process behind).
+// As on the container tier, the last step's closing mark serves as the
+// next one's (changes in between count against the next step).
 func (s *Sandbox) BeginStep(ctx context.Context) (sandbox.StepMark, error) {
+	s.markMu.Lock()
+	last := s.lastMark
+	s.markMu.Unlock()
+	if last != nil {
+		if err := s.enter(); err != nil {
+			return sandbox.StepMark{}, err
+		}
+		s.ops.leave()
+		return *last, nil
+	}
 	return s.mark(ctx)
 }
 
@@ -21,6 +33,9 @@ func (s *Sandbox) EndStep(ctx context.Context, before sandbox.StepMark) (bool, s
 	if err != nil {
 		return false, "", err
 	}
+	s.markMu.Lock()
+	s.lastMark = &after
+	s.markMu.Unlock()
 	pure, why := sandbox.CompareMarks(before, after)
 	return pure, why, nil
 }
