@@ -67,7 +67,13 @@ func (s *Sandbox) mark(ctx context.Context) (sandbox.StepMark, error) {
 	tree, _, err := sandbox.TreeMark(ctx, s.upper)
 	s.umu.Unlock()
 	if err != nil {
-		return m, fmt.Errorf("sandbox %s: %w", s.id, err)
+		if ctx.Err() != nil {
+			return m, ctx.Err()
+		}
+		// A state the walk cannot take (nested past its bound) must not
+		// stop the command: the step is just not pure.
+		m.Unknown = err.Error()
+		return m, nil
 	}
 	m.Tree = tree
 	if m.Procs, err = s.liveProcs(); err != nil {

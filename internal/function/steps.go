@@ -34,7 +34,9 @@ func (s *Sandbox) EndStep(ctx context.Context, before sandbox.StepMark) (bool, s
 		return false, "", err
 	}
 	s.markMu.Lock()
-	s.lastMark = &after
+	if after.Unknown == "" {
+		s.lastMark = &after
+	}
 	s.markMu.Unlock()
 	pure, why := sandbox.CompareMarks(before, after)
 	return pure, why, nil
@@ -47,7 +49,12 @@ func (s *Sandbox) mark(ctx context.Context) (sandbox.StepMark, error) {
 	defer s.ops.leave()
 	tree, _, err := sandbox.TreeMark(ctx, s.work)
 	if err != nil {
-		return sandbox.StepMark{}, fmt.Errorf("sandbox %s: %w", s.spec.ID, err)
+		if ctx.Err() != nil {
+			return sandbox.StepMark{}, fmt.Errorf("sandbox %s: %w", s.spec.ID, err)
+		}
+		// A workspace the walk cannot take must not stop the call: the
+		// step is just not pure.
+		return sandbox.StepMark{Unknown: err.Error()}, nil
 	}
 	return sandbox.StepMark{Tree: tree}, nil
 }
