@@ -33,7 +33,8 @@ type Sandbox struct {
 	// with the old node, and after Destroy); see steps.go.
 	umu      sync.Mutex
 	upper    *os.Root
-	upperDir *os.File // the same directory, for paths through /proc/self/fd
+	upperDir *os.File          // the same directory, for paths through /proc/self/fd
+	lastMark *sandbox.StepMark // the last step's closing mark (steps.go)
 
 	// phaseMu orders phase changes (writers) against reads of the
 	// current phase; state is replaced, never changed, under it.

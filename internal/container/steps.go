@@ -18,7 +18,20 @@ const unknownUpper = "the node restarted since the sandbox was created: its writ
 
 // BeginStep implements sandbox.StepTracker: a digest of every entry of
 // the upper tmpfs, and the processes of the sandbox's cgroup.
+// The last step's closing mark serves as the next one's: state changed
+// in between (a background process, the files API) then counts against
+// the next step, which is never wrongly pure that way, and a tracked
+// exec walks the upper once instead of twice.
 func (s *Sandbox) BeginStep(ctx context.Context) (sandbox.StepMark, error) {
+	s.umu.Lock()
+	last := s.lastMark
+	s.umu.Unlock()
+	if last != nil {
+		if err := s.checkLive(); err != nil {
+			return sandbox.StepMark{}, err
+		}
+		return *last, nil
+	}
 	return s.mark(ctx)
 }
 
@@ -31,6 +44,11 @@ func (s *Sandbox) EndStep(ctx context.Context, before sandbox.StepMark) (bool, s
 	if err != nil {
 		return false, "", err
 	}
+	s.umu.Lock()
+	if after.Unknown == "" {
+		s.lastMark = &after
+	}
+	s.umu.Unlock()
 	pure, why := sandbox.CompareMarks(before, after)
 	return pure, why, nil
 }
@@ -49,7 +67,13 @@ func (s *Sandbox) mark(ctx context.Context) (sandbox.StepMark, error) {
 	tree, _, err := sandbox.TreeMark(ctx, s.upper)
 	s.umu.Unlock()
 	if err != nil {
-		return m, fmt.Errorf("sandbox %s: %w", s.id, err)
+		if ctx.Err() != nil {
+			return m, ctx.Err()
+		}
+		// A state the walk cannot take (nested past its bound) must not
+		// stop the command: the step is just not pure.
+		m.Unknown = err.Error()
+		return m, nil
 	}
 	m.Tree = tree
 	if m.Procs, err = s.liveProcs(); err != nil {
@@ -95,6 +119,7 @@ func (s *Sandbox) closeUpper() {
 		s.upperDir.Close()
 		s.upper, s.upperDir = nil, nil
 	}
+	s.lastMark = nil
 }
 
 // openUpper opens the overlay's upper directory (in the upper tmpfs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,8 +20,9 @@ func stepPure(t testing.TB, sb *Sandbox, cmd string) (bool, string) {
 	if err != nil {
 		t.Fatalf("BeginStep before %q: %v", cmd, err)
 	}
-	res := run(t, sb, "/bin/sh", "-c", cmd)
-	_ = res
+	if res := run(t, sb, "/bin/sh", "-c", cmd); res.ExitCode != 0 && !strings.Contains(cmd, "false") && !strings.Contains(cmd, "/no/such") {
+		t.Logf("%q: %+v", cmd, res)
+	}
 	pure, why, err := sb.EndStep(ctx, m)
 	if err != nil {
 		t.Fatalf("EndStep after %q: %v", cmd, err)
@@ -64,6 +66,29 @@ func TestPureSteps(t *testing.T) {
 		if pure != tc.pure || why != tc.why {
 			t.Errorf("%q: pure=%v why=%q, want pure=%v why=%q", tc.cmd, pure, why, tc.pure, tc.why)
 		}
+	}
+	// A change between two steps (the files API) counts against the
+	// next one: a step begins where the last one ended.
+	if _, err := sb.Files().Write(context.Background(), "/tmp/between", strings.NewReader("x"), sandbox.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if pure, why := stepPure(t, sb, "ls /"); pure || why != sandbox.WhyWrites {
+		t.Errorf("the step after a write between steps: pure=%v why=%q, want not pure (writes)", pure, why)
+	}
+	if pure, _ := stepPure(t, sb, "ls /"); !pure {
+		t.Error("the step after that is not pure")
+	}
+	// A tree the walk will not take (nested deeper than its bound) does
+	// not stop commands: their steps are just not pure.
+	// (Two chains of 1,500, one moved into the other: a path that deep
+	// is too long for cd.)
+	deep := `chain() { mkdir $1 && cd $1 && i=0; while [ $i -lt 1500 ]; do mkdir n && cd n || exit 1; i=$((i+1)); done; }
+chain /deep2 && chain /deep && mv /deep2 .`
+	if pure, _ := stepPure(t, sb, deep); pure {
+		t.Error("nesting 3,000 directories was pure")
+	}
+	if pure, why := stepPure(t, sb, "ls /"); pure || why != sandbox.WhyUnknown {
+		t.Errorf("a step over a too deep tree: pure=%v why=%q, want not pure (unknown)", pure, why)
 	}
 }
 

@@ -45,6 +45,9 @@ type Sandbox struct {
 
 	destroyOnce sync.Once
 	destroyErr  error
+
+	markMu   sync.Mutex        // guards following field
+	lastMark *sandbox.StepMark // the last step's closing mark (steps.go)
 }
 
 var (

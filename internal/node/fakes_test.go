@@ -84,6 +84,10 @@ func (r *fakeRuntime) Recover(ctx context.Context) ([]sandbox.Sandbox, error) {
 	for _, id := range r.recovered {
 		sb := &fakeSandbox{id: id}
 		r.made[id] = sb
+		if r.wrap != nil {
+			out = append(out, r.wrap(sb))
+			continue
+		}
 		out = append(out, sb)
 	}
 	return out, nil

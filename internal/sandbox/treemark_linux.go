@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -43,29 +44,25 @@ func (w *markWalker) dir(ctx context.Context, d *os.Root, depth int) error {
 	if err != nil {
 		return fmt.Errorf("marking the writable state: %w", err)
 	}
-	names, err := f.Readdirnames(-1)
+	// Readdir stats each entry relative to the directory's descriptor
+	// (fstatat): no path walk per entry. Entries that vanish meanwhile
+	// are left out, as if gone before.
+	infos, err := f.Readdir(-1)
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("marking the writable state: %w", err)
 	}
-	slices.Sort(names)
-	w.u64(uint64(len(names)))
-	for _, name := range names {
+	slices.SortFunc(infos, func(a, b fs.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
+	w.u64(uint64(len(infos)))
+	for _, fi := range infos {
 		if w.n++; w.n%1024 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
+		name := fi.Name()
 		w.h.Write([]byte(name))
 		w.h.Write([]byte{0})
-		fi, err := d.Lstat(name)
-		if errors.Is(err, fs.ErrNotExist) {
-			w.h.Write([]byte("gone"))
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("marking the writable state: %w", err)
-		}
 		if err := w.info(fi); err != nil {
 			return err
 		}
@@ -78,6 +75,7 @@ func (w *markWalker) dir(ctx context.Context, d *os.Root, depth int) error {
 		case fi.IsDir():
 			sub, err := d.OpenRoot(name)
 			if errors.Is(err, fs.ErrNotExist) {
+				w.h.Write([]byte("gone"))
 				continue
 			}
 			if err != nil {

@@ -3,7 +3,10 @@ package layer
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,14 +70,17 @@ func buildDir(ctx context.Context, bin, version, root, outDir string, state bool
 		return Artifact{}, err
 	}
 	// The options that shape the output. Paths do not. A state layer
-	// keeps its files' modification times (build tools compare them).
-	times, kind := "-T0", SourceDir
+	// keeps its files' modification times (build tools compare them);
+	// its superblock's build time is then fixed after the build, so that
+	// the same tree builds to the same bytes.
+	times, kind := []string{"-T0"}, SourceDir
 	if state {
-		times, kind = "--preserve-mtime", SourceState
+		times, kind = []string{"--preserve-mtime"}, SourceState
 	}
-	opts := []string{times, "-U" + uuidFromDigest(digest), "--chunksize=" + strconv.Itoa(ChunkSize), "--blobdev"}
+	opts := append(times, "-U"+uuidFromDigest(digest), "--chunksize="+strconv.Itoa(ChunkSize), "--blobdev")
 	meta, blob := filepath.Join(outDir, MetaFile), filepath.Join(outDir, BlobFile)
-	args := []string{"--quiet", opts[0], opts[1], opts[2], "--blobdev=" + blob, meta, root}
+	args := append([]string{"--quiet"}, opts[:len(opts)-1]...)
+	args = append(args, "--blobdev="+blob, meta, root)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	var out bytes.Buffer
@@ -88,8 +94,51 @@ func buildDir(ctx context.Context, bin, version, root, outDir string, state bool
 	if err := normalizeMeta(meta); err != nil {
 		return Artifact{}, err
 	}
+	if state {
+		if err := fixBuildTime(meta); err != nil {
+			return Artifact{}, err
+		}
+	}
 	return finish(ctx, outDir, Source{Kind: kind, Digest: digest},
 		Builder{Name: "mkfs.erofs", Version: version, Options: opts})
+}
+
+// stateBuildTime is a state layer's build time in its superblock.
+// mkfs.erofs writes the time it ran there: a state layer keeps its files'
+// own times (--preserve-mtime, whose every inode then carries its own),
+// and the superblock's is set to this fixed one after the build.
+const stateBuildTime = 4102444800 // 2100-01-01
+
+// fixBuildTime sets meta's superblock build time to stateBuildTime and
+// its checksum to match.
+func fixBuildTime(meta string) error {
+	f, err := os.OpenFile(meta, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b := make([]byte, 1<<maxBlockBits)
+	n, err := io.ReadFull(f, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("fixing the build time of %s: %w", MetaFile, err)
+	}
+	b = b[:n]
+	s, err := ParseSuperblock(b)
+	if err != nil {
+		return fmt.Errorf("fixing the build time of %s: %w", MetaFile, err)
+	}
+	sb := b[erofsSuperOffset:]
+	binary.LittleEndian.PutUint64(sb[24:], stateBuildTime)
+	binary.LittleEndian.PutUint32(sb[32:], 0) // nanoseconds
+	end := erofsSuperOffset + erofsSuperSize
+	if s.FeatureCompat&compatSBChecksum != 0 {
+		end = s.BlockSize()
+		binary.LittleEndian.PutUint32(sb[4:], superblockChecksum(b[:end]))
+	}
+	if _, err := f.WriteAt(b[erofsSuperOffset:end], erofsSuperOffset); err != nil {
+		return fmt.Errorf("fixing the build time of %s: %w", MetaFile, err)
+	}
+	return f.Sync()
 }
 
 // resolvePath is p made absolute with symlinks resolved as far as it
