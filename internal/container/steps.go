@@ -140,3 +140,10 @@ func openUpper(dir string) (*os.File, *os.Root, error) {
 
 // fdPath is the path of f's directory through /proc/self/fd.
 func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
+
+// DropMark implements sandbox.MarkDropper.
+func (s *Sandbox) DropMark() {
+	s.umu.Lock()
+	s.lastMark = nil
+	s.umu.Unlock()
+}

@@ -78,6 +78,15 @@ func TestPureSteps(t *testing.T) {
 	if pure, _ := stepPure(t, sb, "ls /"); !pure {
 		t.Error("the step after that is not pure")
 	}
+	// The node drops the mark after a files-API call of its own (a step
+	// of its own): then the next command starts from a fresh mark.
+	if _, err := sb.Files().Write(context.Background(), "/tmp/between", strings.NewReader("y"), sandbox.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sb.DropMark()
+	if pure, why := stepPure(t, sb, "ls /"); !pure {
+		t.Errorf("the step after a write whose mark was dropped: pure=%v why=%q", pure, why)
+	}
 	// A tree the walk will not take (nested deeper than its bound) does
 	// not stop commands: their steps are just not pure.
 	// (Two chains of 1,500, one moved into the other: a path that deep

@@ -58,3 +58,10 @@ func (s *Sandbox) mark(ctx context.Context) (sandbox.StepMark, error) {
 	}
 	return sandbox.StepMark{Tree: tree}, nil
 }
+
+// DropMark implements sandbox.MarkDropper.
+func (s *Sandbox) DropMark() {
+	s.markMu.Lock()
+	s.lastMark = nil
+	s.markMu.Unlock()
+}

@@ -91,6 +91,7 @@ func (a *Service) fileMkdir(ctx context.Context, r noderpc.FileRequest) (api.Fil
 		return api.FileInfo{}, err
 	}
 	a.beginStepAt(r.ID, r.Step)
+	defer a.ownChange(r.ID)
 	return fs.Mkdir(ctx, r.Path, r.Parents)
 }
 
@@ -100,6 +101,7 @@ func (a *Service) fileRemove(ctx context.Context, r noderpc.FileRequest) error {
 		return err
 	}
 	a.beginStepAt(r.ID, r.Step)
+	defer a.ownChange(r.ID)
 	return fs.Remove(ctx, r.Path, r.Recursive)
 }
 
@@ -109,6 +111,7 @@ func (a *Service) fileRename(ctx context.Context, r noderpc.FileRequest) (api.Fi
 		return api.FileInfo{}, err
 	}
 	a.beginStepAt(r.ID, r.Step)
+	defer a.ownChange(r.ID)
 	return fs.Rename(ctx, r.Path, r.To)
 }
 
@@ -247,6 +250,7 @@ func (a *Service) handleWrite(ctx context.Context, m *nats.Msg) {
 	a.mu.Lock()
 	delete(a.writes, h)
 	a.mu.Unlock()
+	a.ownChange(ws.sandbox)
 	if ws.err != nil {
 		a.replyErr(m, ws.err)
 		return
@@ -342,5 +346,16 @@ func (a *Service) expireSessions(now time.Time) {
 	}
 	for _, w := range writes {
 		w.abort()
+	}
+}
+
+// ownChange drops sandbox id's step mark after a change the node made
+// for a call of its own (a file written, moved, removed; a phase): see
+// sandbox.MarkDropper.
+func (a *Service) ownChange(id string) {
+	if sb, _, err := a.lookup(id); err == nil {
+		if d, ok := sb.(sandbox.MarkDropper); ok {
+			d.DropMark()
+		}
 	}
 }

@@ -20,6 +20,7 @@ func (a *Service) setPhase(ctx context.Context, req noderpc.SetPhaseRequest) err
 	if !ok {
 		return errdefs.New(errdefs.Unsupported, api.CodeTierHasNoPhases, "the %s tier has no phases", tier)
 	}
+	defer a.ownChange(req.ID)
 	err = p.SetPhase(ctx, req.Phase)
 	if errdefs.CodeOf(err) != api.CodePhaseChangeFailed {
 		return err

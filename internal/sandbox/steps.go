@@ -23,6 +23,14 @@ type StepTracker interface {
 	EndStep(ctx context.Context, m StepMark) (pure bool, why string, err error)
 }
 
+// MarkDropper is a StepTracker that keeps the last step's closing mark
+// as the next one's opening mark. The node drops it after a change it
+// made itself (a files-API call, a phase change): that change is a step
+// of its own and must not count against the next command.
+type MarkDropper interface {
+	DropMark()
+}
+
 // Reasons a step is not pure.
 const (
 	WhyWrites    = "writes"    // the writable state changed
