@@ -198,7 +198,7 @@ func (m *Manager) allSteps(ctx context.Context, id string) ([]api.TrajectoryStep
 // create's.
 func (m *Manager) resumeSpec(ctx context.Context, owner string, steps []api.TrajectoryStep, req api.ResumeRequest) (api.CreateSandboxRequest, int, error) {
 	if len(steps) == 0 || steps[0].Kind != api.KindCreate {
-		return api.CreateSandboxRequest{}, 0, errdefs.New(errdefs.Conflict, api.CodeTrajectoryNotFound, "the trajectory's log does not begin with its create")
+		return api.CreateSandboxRequest{}, 0, errdefs.New(errdefs.NotFound, api.CodeTrajectoryNotFound, "the trajectory's log does not begin with its create (its steps expired or were deleted)")
 	}
 	c := steps[0].Create
 	creq := c.Request
@@ -355,7 +355,7 @@ func (r *replay) phase(ctx context.Context, st api.TrajectoryStep) error {
 		})
 		return err
 	}
-	return errdefs.New(errdefs.Conflict, api.CodeUnknownPhase, "the log moves to phase %q, which the sandbox does not have", st.Phase.Phase)
+	return errdefs.New(errdefs.Invalid, api.CodeUnknownPhase, "the log moves to phase %q, which the sandbox does not have", st.Phase.Phase)
 }
 
 func (r *replay) diverged(st api.TrajectoryStep, logged, replayed string) {

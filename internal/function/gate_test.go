@@ -54,7 +54,7 @@ func TestGateHold(t *testing.T) {
 	g.leave()
 	g.leave()
 	// Closing refuses holds and waiting operations.
-	<-g.close()
+	testenv.Recv(t, g.close(), 30*time.Second, "the gate to close")
 	if _, ok, err := g.hold(context.Background()); ok || err != nil {
 		t.Fatalf("hold on a closed gate: %v %v", ok, err)
 	}
