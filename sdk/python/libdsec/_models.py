@@ -144,7 +144,8 @@ class AuditEvent:
     ``path`` is absolute in the sandbox; ``target`` is a rename's or
     link's new name. Events the node reports itself carry a ``detail``: a
     ``sandbox-ended`` event's says how the sandbox ended (its failed
-    record's ``reason``)."""
+    record's ``reason``). ``step`` is the trajectory step current when it
+    happened (0 outside a recorded step)."""
 
     sandbox: str
     time: datetime | None
@@ -155,6 +156,7 @@ class AuditEvent:
     uid: int = 0
     comm: str = ""
     phase: str = ""
+    step: int = 0
     syscall: str = ""
     path: str = ""
     target: str = ""
@@ -177,6 +179,7 @@ class AuditEvent:
             uid=int(d.get("uid") or 0),
             comm=str(d.get("comm") or ""),
             phase=str(d.get("phase") or ""),
+            step=int(d.get("step") or 0),
             syscall=str(d.get("syscall") or ""),
             path=str(d.get("path") or ""),
             target=str(d.get("target") or ""),
