@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/client"
 )
 
 func (a *app) snapshotCmd() *cobra.Command {
@@ -60,29 +60,7 @@ func describeSnapshot(w io.Writer, s api.Snapshot) error {
 }
 
 func (a *app) snapshotRemoveCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "rm ID...",
-		Aliases: []string{"delete"},
-		Short:   "Delete snapshots (their layers stay while a sandbox or trajectory uses them)",
-		Args:    args(cobra.MinimumNArgs(1)),
-		RunE: func(cmd *cobra.Command, ids []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			var errs []error
-			for _, id := range ids {
-				if err := c.DeleteSnapshot(cmd.Context(), id); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", id, err))
-					continue
-				}
-				if !a.json {
-					fmt.Fprintln(cmd.OutOrStdout(), id)
-				}
-			}
-			return errors.Join(errs...)
-		},
-	}
+	return a.removeCmd("Delete snapshots (their layers stay while a sandbox or trajectory uses them)", (*client.Client).DeleteSnapshot)
 }
 
 func (a *app) sandboxSnapshotCmd() *cobra.Command {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/client"
 )
 
 func (a *app) trajCmd() *cobra.Command {
@@ -149,29 +150,7 @@ func divergenceText(d *api.Divergence) string {
 }
 
 func (a *app) trajRemoveCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "rm ID...",
-		Aliases: []string{"delete"},
-		Short:   "Delete trajectories, their steps and their blobs",
-		Args:    args(cobra.MinimumNArgs(1)),
-		RunE: func(cmd *cobra.Command, ids []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			var errs []error
-			for _, id := range ids {
-				if err := c.DeleteTrajectory(cmd.Context(), id); err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", id, err))
-					continue
-				}
-				if !a.json {
-					fmt.Fprintln(cmd.OutOrStdout(), id)
-				}
-			}
-			return errors.Join(errs...)
-		},
-	}
+	return a.removeCmd("Delete trajectories, their steps and their blobs", (*client.Client).DeleteTrajectory)
 }
 
 func (a *app) trajExportCmd() *cobra.Command {

@@ -11,6 +11,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/client"
 	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // modelPause is the inference time an agent spends before each step: the
@@ -204,17 +205,10 @@ func benchResume(ctx context.Context, b *testing.B, c *client.Client) {
 
 // waitEnded waits until traj's head says its sandbox is gone.
 func waitEnded(b *testing.B, c *client.Client, traj string) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(b, 30*time.Second, "trajectory "+traj+" to end", func() bool {
 		h, err := c.Trajectory(context.Background(), traj)
-		if err == nil && h.State != api.TrajectoryRecording && h.State != api.TrajectoryResuming {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("trajectory %s did not end: %+v, %v", traj, h, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && h.State != api.TrajectoryRecording && h.State != api.TrajectoryResuming
+	})
 }
 
 // benchFork forks a sandbox with a 10 MB writable layer into 16, a few
