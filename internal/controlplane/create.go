@@ -245,7 +245,7 @@ func (m *Manager) create(ctx context.Context, owner string, req api.CreateSandbo
 			}
 			defer func() {
 				if err != nil {
-					m.abandonTrajectory(rec.Trajectory)
+					m.abandonTrajectory(rec)
 				}
 			}()
 		}

@@ -41,6 +41,7 @@ type snapshotRecords interface {
 	PutSnapshot(ctx context.Context, r store.SnapshotRecord) error
 	GetSnapshot(ctx context.Context, id string) (store.SnapshotRecord, error)
 	DeleteSnapshot(ctx context.Context, id string) error
+	ListSnapshots(ctx context.Context) ([]store.SnapshotRecord, error)
 }
 
 // stateStore is the store: records, events and the nodes' heartbeats.

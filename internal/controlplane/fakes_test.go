@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -97,6 +98,12 @@ func (s *memStore) DeleteSnapshot(ctx context.Context, id string) error {
 	defer s.d.mu.Unlock()
 	delete(s.d.snaps, id)
 	return nil
+}
+
+func (s *memStore) ListSnapshots(ctx context.Context) ([]store.SnapshotRecord, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return slices.Collect(maps.Values(s.d.snaps)), nil
 }
 
 // peer returns another writer on the same data, whose writes this

@@ -52,6 +52,9 @@ type Limits struct {
 	Retention time.Duration
 	// MaxForkCount caps one fork's children (64).
 	MaxForkCount int
+	// SnapshotRetention keeps a snapshot taken outside a trajectory this
+	// long (7 days); one in a trajectory lives as long as it.
+	SnapshotRetention time.Duration
 }
 
 func (l *Limits) setDefaults() {
@@ -89,6 +92,9 @@ func (l *Limits) setDefaults() {
 	}
 	if l.Retention == 0 {
 		l.Retention = 10 * time.Minute
+	}
+	if l.SnapshotRetention == 0 {
+		l.SnapshotRetention = 7 * 24 * time.Hour
 	}
 }
 
@@ -137,6 +143,9 @@ type Options struct {
 	NodeLost  time.Duration
 	// Tick is the period of the TTL and retention sweep (500 ms).
 	Tick time.Duration
+	// SnapshotSweep is the period of the snapshot and state layer
+	// sweep (1 min).
+	SnapshotSweep time.Duration
 }
 
 // Manager is the control plane. It is safe for concurrent use.
@@ -188,6 +197,9 @@ func New(opt Options) *Manager {
 	}
 	if opt.Tick == 0 {
 		opt.Tick = 500 * time.Millisecond
+	}
+	if opt.SnapshotSweep == 0 {
+		opt.SnapshotSweep = time.Minute
 	}
 	opt.Limits.setDefaults()
 	return &Manager{
@@ -244,9 +256,10 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		m.stopEnded = stop
 	}
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.nodeLoop(bg)
 	go m.reapLoop(bg)
+	go m.snapshotLoop(bg)
 	return nil
 }
 

@@ -69,16 +69,24 @@ func (m *Manager) beginTrajectory(ctx context.Context, owner string, rec store.S
 	h.Parent, h.ParentStep = o.parent, o.parentStep
 	h.Incarnations, h.ResumeOnPreempt = 1, rec.ResumeOnPreempt
 	h.CreatedAt, h.UpdatedAt = now, now
-	return m.traj.Begin(ctx, h)
+	if err := m.traj.Begin(ctx, h); err != nil {
+		return err
+	}
+	// A new log: its first step is 1, no need to read the log for it.
+	m.recs.mu.Lock()
+	m.recs.m[rec.ID] = &recording{traj: rec.Trajectory, next: 1}
+	m.recs.mu.Unlock()
+	return nil
 }
 
 // abandonTrajectory removes the head of a trajectory whose sandbox was
 // never made: nothing was logged, and the name may be used again.
-func (m *Manager) abandonTrajectory(id string) {
+func (m *Manager) abandonTrajectory(rec store.SandboxRecord) {
+	m.dropRecording(rec.ID, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := m.traj.Delete(ctx, id); err != nil {
-		m.log.Warn("removing the trajectory of a failed create", "trajectory", id, "err", err)
+	if err := m.traj.Delete(ctx, rec.Trajectory); err != nil {
+		m.log.Warn("removing the trajectory of a failed create", "trajectory", rec.Trajectory, "err", err)
 	}
 }
 

@@ -165,5 +165,9 @@ func (m *Manager) DeleteTrajectory(ctx context.Context, owner, id string) error 
 	if rec, _, ok := m.cache.get(h.Sandbox); ok && rec.Trajectory == id && !sandbox.Final(rec.State) {
 		return errdefs.New(errdefs.Conflict, api.CodeTrajectoryRunning, "sandbox %s records trajectory %s: delete it first", h.Sandbox, id)
 	}
-	return m.traj.Delete(ctx, id)
+	if err := m.traj.Delete(ctx, id); err != nil {
+		return err
+	}
+	// Its snapshots go with it (their layers at the next sweep).
+	return m.deleteTrajectorySnapshots(ctx, id)
 }

@@ -37,6 +37,9 @@ import (
 	"github.com/dsec-dev/dsec/internal/store"
 )
 
+// The snapshot sweep removes state layers through the registry.
+var _ controlplane.LayerSweeper = (*image.Registry)(nil)
+
 // Role is what a daemon process runs.
 type Role int
 
@@ -344,7 +347,7 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 			MaxSandboxesPerOwner: lim.MaxSandboxesPerToken, CreatesPerSecond: lim.CreatesPerSecond,
 			CreateBurst: lim.CreateBurst, DefaultOutputBytes: lim.DefaultOutputBytes,
 			MaxFileBytes: d.cfg.API.MaxFileBytes, Retention: lim.Retention.Duration,
-			MaxForkCount: d.cfg.Trajectories.MaxForkCount,
+			MaxForkCount: d.cfg.Trajectories.MaxForkCount, SnapshotRetention: d.cfg.Trajectories.Retention.Duration,
 		},
 		Trajectories: trajs,
 		NodeLost:     lim.NodeLost.Duration,
