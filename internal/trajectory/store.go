@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cleanup"
@@ -185,18 +186,32 @@ func (s *Store) Begin(ctx context.Context, h Head) error {
 			s.log.Warn("removing a half-made trajectory head", "trajectory", h.ID, "err", err)
 		}
 	})
-	if _, err := s.heads.PutString(ctx, ownerKey(h.Owner, h.ID), h.ID); err != nil {
-		return fmt.Errorf("indexing trajectory %s: %w", h.ID, err)
-	}
-	// Steps left on the subject by an earlier trajectory of this name
-	// are not this one's. (Its head outlives its steps, being written
-	// after them; this is for a retention changed between the two.)
-	if _, err := s.stream.GetLastMsgForSubject(ctx, subject(h.ID)); err == nil {
-		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject(h.ID))); err != nil {
-			return fmt.Errorf("purging old steps of %s: %w", h.ID, err)
+	// The owner's index entry and the check for old steps are
+	// independent: one round trip's wait for both.
+	var g errgroup.Group
+	g.Go(func() error {
+		if _, err := s.heads.PutString(ctx, ownerKey(h.Owner, h.ID), h.ID); err != nil {
+			return fmt.Errorf("indexing trajectory %s: %w", h.ID, err)
 		}
-	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("reading trajectory %s: %w", h.ID, err)
+		return nil
+	})
+	g.Go(func() error {
+		// Steps left on the subject by an earlier trajectory of this
+		// name are not this one's. (Its head outlives its steps, being
+		// written after them; this is for a retention changed between.)
+		_, err := s.stream.GetLastMsgForSubject(ctx, subject(h.ID))
+		switch {
+		case err == nil:
+			if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject(h.ID))); err != nil {
+				return fmt.Errorf("purging old steps of %s: %w", h.ID, err)
+			}
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Errorf("reading trajectory %s: %w", h.ID, err)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	cu.Release()
 	t := s.traj(h.ID)

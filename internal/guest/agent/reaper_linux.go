@@ -34,8 +34,12 @@ type reaper struct {
 
 var theReaper = reaper{procs: map[int]*proc{}}
 
-// pollInterval is a safety net behind SIGCHLD, which coalesces.
-const pollInterval = time.Second
+// pollInterval is a safety net behind SIGCHLD. Coalesced signals lose
+// nothing (each reap collects every status there is), so it is long: an
+// idle agent must not wake up, or thousands of idle sandboxes on a node
+// (each agent a Go process whose wake-ups also spin its sysmon) take
+// the node's CPU — at 1 s, 2,600 idle agents used most of 2 cores.
+const pollInterval = time.Minute
 
 // acquire starts the reaper loop for one more agent; all switches the
 // process into reap-all mode for good.
