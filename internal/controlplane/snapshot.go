@@ -55,17 +55,24 @@ func (m *Manager) snapshotLocked(ctx context.Context, rec store.SandboxRecord, r
 	// The new layer goes on the image of the sandbox's last snapshot, or,
 	// if it is the first or a full one (the node lost its index of the
 	// last), on the sandbox's own image.
-	base, state := rec.ImageID, append(slices.Clone(rec.BaseState), lr.ID)
+	base, prev := rec.ImageID, rec.BaseState
 	if rec.StateImage != "" && !reply.Full {
-		base, state = rec.StateImage, append(slices.Clone(rec.StateLayers), lr.ID)
+		base, prev = rec.StateImage, rec.StateLayers
 	}
-	img, err := m.images.Stack(ctx, base, []api.ImageLayer{{Role: RoleState, ID: lr.ID}}, snapshotTiers(rec.Tier))
-	if err != nil {
-		return api.Snapshot{}, err
+	// The same delta again (nothing changed since the last snapshot:
+	// empty deltas are equal) is not stacked twice: applying it twice is
+	// applying it once, and a stack may not name a layer twice.
+	imageID, state := base, slices.Clone(prev)
+	if n := len(prev); n == 0 || prev[n-1] != lr.ID {
+		img, err := m.images.Stack(ctx, base, []api.ImageLayer{{Role: RoleState, ID: lr.ID}}, snapshotTiers(rec.Tier))
+		if err != nil {
+			return api.Snapshot{}, err
+		}
+		imageID, state = img.ID, append(state, lr.ID)
 	}
 	snap := api.Snapshot{
 		ID: "snap-" + strings.ToLower(ulid.MustNew(ulid.Now(), rand.Reader).String()), Sandbox: rec.ID, Trajectory: rec.Trajectory,
-		Tier: rec.Tier, Image: img.ID, Layers: state, Bytes: reply.Bytes, CreatedAt: time.Now().UTC(),
+		Tier: rec.Tier, Image: imageID, Layers: state, Bytes: reply.Bytes, CreatedAt: time.Now().UTC(),
 	}
 	if r != nil {
 		snap.Step = r.next
@@ -74,9 +81,11 @@ func (m *Manager) snapshotLocked(ctx context.Context, rec store.SandboxRecord, r
 		return api.Snapshot{}, err
 	}
 	if _, err := m.mutate(ctx, rec.ID, func(sr *store.SandboxRecord) (bool, error) {
-		sr.StateLayers, sr.StateImage = state, img.ID
+		sr.StateLayers, sr.StateImage = state, imageID
 		// In use while the sandbox lives (layer removal checks Layers).
-		sr.Layers = append(sr.Layers, lr.ID)
+		if !slices.Contains(sr.Layers, lr.ID) {
+			sr.Layers = append(sr.Layers, lr.ID)
+		}
 		return true, nil
 	}); err != nil {
 		return api.Snapshot{}, err
