@@ -47,7 +47,9 @@ const (
 	modeWh   = syscall.S_IFCHR
 )
 
-func dirEntry(p string, ino uint64) StateEntry { return StateEntry{Path: p, Mode: modeDir, Ino: ino, Mtime: 1e9} }
+func dirEntry(p string, ino uint64) StateEntry {
+	return StateEntry{Path: p, Mode: modeDir, Ino: ino, Mtime: 1e9}
+}
 func fileEntry(p string, ino uint64, size int64, mtime int64) StateEntry {
 	return StateEntry{Path: p, Mode: modeFile, Ino: ino, Size: size, Mtime: mtime, Ctime: mtime, Nlink: 1, UID: 1000, GID: 1000}
 }
