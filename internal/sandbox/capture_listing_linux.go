@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -68,7 +69,7 @@ func (c *capturer) load(ctx context.Context) error {
 		}
 		e := &capEntry{rel: le.Path}
 		e.st = syscall.Stat_t{Mode: le.Mode, Uid: le.UID, Gid: le.GID, Ino: le.Ino, Nlink: le.Nlink, Rdev: le.Rdev,
-			Mtim: syscall.NsecToTimespec(le.Mtime), Ctim: syscall.NsecToTimespec(le.Ctime)}
+			Mtim: timespec(le.Mtime), Ctim: timespec(le.Ctime)}
 		switch le.Mode & syscall.S_IFMT {
 		case syscall.S_IFDIR:
 			e.key.opaque = le.Opaque
@@ -138,6 +139,12 @@ func (c *capturer) load(ctx context.Context) error {
 		return nil
 	}
 	return visit(top, 0)
+}
+
+// timespec is ns since the epoch as a stat time.
+func timespec(ns int64) syscall.Timespec {
+	t := time.Unix(0, ns)
+	return syscall.Timespec{Sec: t.Unix(), Nsec: int64(t.Nanosecond())}
 }
 
 // checkListedPath checks that p is "." or a clean relative path of
