@@ -104,7 +104,7 @@ func (u *upperState) freeze(c *agentproto.Call, args agentproto.FreezeArgs) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.frozen {
-		c.Reply(nil, errdefs.New(errdefs.Conflict, api.CodeStateFreezeFailed, "the writable layer is frozen already (another snapshot is in progress)"))
+		c.Reply(nil, errdefs.New(errdefs.Unavailable, api.CodeStateFreezeFailed, "the writable layer is frozen already (another snapshot is in progress)"))
 		return
 	}
 	if err := sys.SyncFS(u.dir); err != nil {
@@ -153,7 +153,7 @@ func (u *upperState) thaw() error {
 	}
 	u.timer.Stop()
 	if err := sys.ThawFS(u.dir); err != nil {
-		return errdefs.Wrap(errdefs.Internal, api.CodeStateFreezeFailed, err, "thawing the writable layer")
+		return errdefs.Wrap(errdefs.Unavailable, api.CodeStateFreezeFailed, err, "thawing the writable layer")
 	}
 	u.frozen = false
 	return nil
