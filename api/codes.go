@@ -309,6 +309,11 @@ const (
 	CodeInvalidOnDivergence = "invalid_on_divergence"
 	CodeReplayDiverged      = "replay_diverged"
 	CodeNoTrajectoryStore   = "no_trajectory_store"
+	// Snapshots of a microVM: its agent freezes and streams its upper.
+	CodeStateFreezeFailed  = "state_freeze_failed"
+	CodeStateFreezeExpired = "state_freeze_expired"
+	CodeStateInvalid       = "state_invalid"
+	CodeSnapshotTooLarge   = "snapshot_too_large"
 
 	// Networks.
 	CodeInvalidNetworkPolicy  = "invalid_network_policy"
@@ -658,6 +663,10 @@ var ErrorCodes = []ErrorCode{
 	{CodeInvalidOnDivergence, ClassInvalid, "on_divergence is not \"stop\" or \"continue\""},
 	{CodeReplayDiverged, ClassConflict, "a replayed step's result differs from the logged one; the sandbox was kept where it diverged"},
 	{CodeNoTrajectoryStore, ClassUnsupported, "the server keeps no trajectories (it runs without a trajectory store)"},
+	{CodeStateFreezeFailed, ClassUnavailable, "the guest could not freeze its writable disk for a snapshot; nothing was stored and the sandbox runs on"},
+	{CodeStateFreezeExpired, ClassUnavailable, "the snapshot outlasted the guest's freeze limit (2 minutes) and the guest thawed its disk; nothing was stored"},
+	{CodeStateInvalid, ClassInternal, "the guest's listing or content of its writable state is not valid (a bad path, type, size or owner); nothing was stored"},
+	{CodeSnapshotTooLarge, ClassTooLarge, "the guest's writable state holds more bytes than its disk size; nothing was stored"},
 
 	// Networks.
 	{CodeInvalidNetworkPolicy, ClassInvalid, "a network policy is not valid"},

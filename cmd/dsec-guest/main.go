@@ -21,7 +21,7 @@ func main() {
 	if isVMInit() { // PID 1 of a microVM's initramfs
 		os.Exit(vminitMain())
 	}
-	if len(os.Args) == 5 && os.Args[1] == vminit.AgentArg && os.Getppid() == 1 { // hidden: a VM guest's init only
+	if (len(os.Args) == 5 || len(os.Args) == 6) && os.Args[1] == vminit.AgentArg && os.Getppid() == 1 { // hidden: a VM guest's init only
 		os.Exit(vmAgentMain(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "serve" { // hidden: tests and benchmarks

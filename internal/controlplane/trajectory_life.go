@@ -54,7 +54,9 @@ func (m *Manager) validateTrajectory(ctx context.Context, owner string, req *api
 
 // snapshotPortable reports whether a state layer taken on one tier can
 // start a sandbox of another: container and function state layers are
-// both file trees over the same image, VM disks are not.
+// both file trees over the same image. A microvm or vm state layer is a
+// file tree too, but of a guest whose image, ids and kernel are its
+// tier's: it starts sandboxes of that tier only.
 func snapshotPortable(from, to string) bool {
 	fs := []string{api.TierContainer, api.TierFunction}
 	return slices.Contains(fs, from) && slices.Contains(fs, to)

@@ -66,7 +66,7 @@ func (a *Service) Snapshot(ctx context.Context, req noderpc.SnapshotRequest) (no
 	sn, ok := sb.(sandbox.Snapshotter)
 	if !ok {
 		return noderpc.SnapshotReply{}, errdefs.New(errdefs.Unsupported, api.CodeUnsupportedOnTier,
-			"snapshots are not supported on the %s tier: its writable state is a guest's disk, which the node cannot read while the guest runs", tier)
+			"snapshots are not supported on the %s tier", tier)
 	}
 	if a.opt.Blobs == nil {
 		return noderpc.SnapshotReply{}, errdefs.New(errdefs.Unsupported, api.CodeUnsupportedOnTier,

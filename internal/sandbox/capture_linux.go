@@ -28,9 +28,10 @@ const (
 )
 
 type capEntry struct {
-	rel string // "." for the top
-	st  syscall.Stat_t
-	key stateKey
+	rel    string // "." for the top
+	st     syscall.Stat_t
+	key    stateKey
+	target string // a listed symlink's (Listing)
 }
 
 func (e *capEntry) isDir() bool { return e.st.Mode&syscall.S_IFMT == syscall.S_IFDIR }
@@ -40,6 +41,7 @@ func isWhiteout(st *syscall.Stat_t) bool {
 }
 
 type capturer struct {
+	ctx     context.Context
 	o       CaptureOptions
 	cur     map[string]*capEntry
 	order   []*capEntry // preorder
@@ -51,8 +53,15 @@ type capturer struct {
 }
 
 func captureState(ctx context.Context, o CaptureOptions) (*StateIndex, CaptureStats, error) {
-	c := &capturer{o: o, cur: map[string]*capEntry{}, made: map[string]bool{}, links: map[uint64]string{}, copyBuf: make([]byte, 1<<20)}
-	if err := c.walk(ctx, ".", 0); err != nil {
+	c := &capturer{ctx: ctx, o: o, cur: map[string]*capEntry{}, made: map[string]bool{}, links: map[uint64]string{}, copyBuf: make([]byte, 1<<20)}
+	if o.Listing != nil {
+		if o.Read == nil {
+			return nil, c.stats, errors.New("capturing the writable state: a listing without a reader")
+		}
+		if err := c.load(ctx); err != nil {
+			return nil, c.stats, err
+		}
+	} else if err := c.walk(ctx, ".", 0); err != nil {
 		return nil, c.stats, err
 	}
 	c.stats.Entries = len(c.order) - 1
@@ -267,9 +276,12 @@ func (c *capturer) put(e *capEntry) error {
 		}
 		c.stats.Whiteouts++
 	case syscall.S_IFLNK:
-		t, err := os.Readlink(c.src(e.rel))
-		if err != nil {
-			return fmt.Errorf("capturing the writable state: %w", err)
+		t := e.target
+		if c.o.Listing == nil {
+			var err error
+			if t, err = os.Readlink(c.src(e.rel)); err != nil {
+				return fmt.Errorf("capturing the writable state: %w", err)
+			}
 		}
 		if err := os.Symlink(t, d); err != nil {
 			return err
@@ -316,7 +328,13 @@ func (c *capturer) makeDir(e *capEntry, opaque bool) error {
 }
 
 func (c *capturer) copyFile(e *capEntry, d string) error {
-	in, err := os.OpenFile(c.src(e.rel), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	var in io.ReadCloser
+	var err error
+	if c.o.Listing != nil {
+		in, err = c.o.Read(c.ctx, e.rel)
+	} else {
+		in, err = os.OpenFile(c.src(e.rel), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	}
 	if err != nil {
 		return fmt.Errorf("capturing the writable state: %w", err)
 	}
@@ -325,7 +343,12 @@ func (c *capturer) copyFile(e *capEntry, d string) error {
 	if err != nil {
 		return err
 	}
-	n, err := io.CopyBuffer(out, in, c.copyBuf)
+	var n int64
+	if c.o.Listing != nil {
+		n, err = c.copyListed(out, in, e)
+	} else {
+		n, err = io.CopyBuffer(out, in, c.copyBuf)
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -348,6 +371,9 @@ func (c *capturer) meta(d string, e *capEntry) error {
 	// After chown, which clears setuid and setgid.
 	if err := os.Chmod(d, fileMode(e.st.Mode)); err != nil {
 		return err
+	}
+	if c.o.Listing != nil {
+		return nil // a listing carries no xattrs
 	}
 	xs, err := sys.ListXattrs(c.src(e.rel))
 	if err != nil {

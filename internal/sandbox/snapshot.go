@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -70,6 +71,46 @@ type CaptureOptions struct {
 	// container's upper holds host ids, layers hold the sandbox's); an
 	// owner outside the range is refused. IDCount 0: no shift.
 	IDBase, IDCount uint32
+
+	// Listing, with Read, captures a state the node cannot reach as a
+	// directory, instead of Src: a microVM guest's upper, which its
+	// agent lists and streams (the node never mounts a file system the
+	// guest made). Both come from the guest and are hostile: the capture
+	// refuses a listing whose paths are not clean, relative, unique and
+	// below a listed directory, whose entries are not directories,
+	// regular files, symlinks or whiteouts, or that holds more than
+	// MaxBytes of file content, and a read that returns more or fewer
+	// bytes than its entry's size. Only the entries copied (those changed
+	// since Since) are read.
+	Listing []StateEntry
+	// Read streams the content of the regular file at a path of Listing.
+	Read func(ctx context.Context, path string) (io.ReadCloser, error)
+	// MaxBytes bounds the listed size of the state's regular files,
+	// together (0: no bound).
+	MaxBytes int64
+	// MaxID bounds the owners of a listing (0: any id but the overflow
+	// id's above).
+	MaxID uint32
+}
+
+// StateEntry is one entry of a writable state as a microVM guest's agent
+// lists it (agentproto.OpStateList): the lstat of a path of its upper
+// directory. The top directory is ".".
+type StateEntry struct {
+	// Path is relative to the top, slash-separated and clean.
+	Path string `json:"path"`
+	// Mode is st_mode: type and permission bits.
+	Mode   uint32 `json:"mode"`
+	UID    uint32 `json:"uid"`
+	GID    uint32 `json:"gid"`
+	Size   int64  `json:"size"`
+	Mtime  int64  `json:"mtime_ns"`
+	Ctime  int64  `json:"ctime_ns"`
+	Ino    uint64 `json:"ino"`
+	Nlink  uint64 `json:"nlink,omitempty"`
+	Rdev   uint64 `json:"rdev,omitempty"`
+	Target string `json:"target,omitempty"` // a symlink's
+	Opaque bool   `json:"opaque,omitempty"` // a directory's trusted.overlay.opaque
 }
 
 // CaptureState copies the state at o.Src into o.Dst (see Snapshotter);

@@ -33,6 +33,7 @@
 //	             read-only state and writable binds
 //	mountinfo    reading /proc/self/mountinfo
 //	statfs       file systems' types and usage
+//	fsfreeze     syncing, freezing and thawing a file system
 //	file         files and descriptors: small writes, clones, renames,
 //	             device nodes, flock, close-on-exec
 //	xattr        extended attributes

@@ -3,6 +3,7 @@ package sys
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 
@@ -87,6 +88,25 @@ func getxattr(path, name string) ([]byte, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reading xattr %s of %s: %w", name, path, err)
+		}
+		return buf[:n], nil
+	}
+}
+
+// FileXattr returns the extended attribute name of the open file f, or
+// nil when f has none by that name (or its file system has no xattrs).
+func FileXattr(f *os.File, name string) ([]byte, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Fgetxattr(int(f.Fd()), name, buf)
+		switch {
+		case errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP):
+			return nil, nil
+		case errors.Is(err, unix.ERANGE) && len(buf) < 64<<10:
+			buf = make([]byte, 64<<10)
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reading xattr %s of %s: %w", name, f.Name(), err)
 		}
 		return buf[:n], nil
 	}

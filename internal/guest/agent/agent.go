@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -82,6 +83,14 @@ type Options struct {
 	// the agent room: a fork bomb or a memory hog in the guest cannot
 	// starve the agent of threads or memory.
 	CommandCgroup string
+	// Upper, if set, is the guest's writable layer: the overlay's upper
+	// directory, on a file system of its own (the VM's upper disk). The
+	// agent then serves the state operations snapshots use (announced
+	// as agentproto.CapState): it freezes and thaws that file system and
+	// lists and streams the directory. Only a microVM guest's init sets
+	// it (it mounted the upper and keeps its descriptor across the
+	// switch into the guest's root). Run owns it.
+	Upper *os.File
 }
 
 // Peer is a connection's peer as SO_PEERCRED reports it, translated into

@@ -49,6 +49,10 @@ type agent struct {
 	// (nil: the whole root is).
 	writable []string
 
+	// state is the writable layer, for snapshots (nil without
+	// Options.Upper).
+	state *upperState
+
 	mu    sync.Mutex    // guards following fields
 	procs map[int]*proc // processes started by this agent and not forgotten
 }
@@ -88,6 +92,14 @@ func Run(ctx context.Context, opt Options) error {
 		}
 		defer f.Close()
 		a.cgroup = f
+	}
+	if opt.Upper != nil {
+		st, err := openUpper(opt.Upper)
+		if err != nil {
+			return err
+		}
+		defer st.close()
+		a.state = st
 	}
 	if a.workdir == "" {
 		a.workdir = "/"
@@ -246,6 +258,14 @@ func (a *agent) handle(c *agentproto.Call) {
 		c.Reply(a.stats(), nil)
 	case agentproto.OpPhase:
 		a.phase(c)
+	case agentproto.OpFreeze:
+		a.withState(c, func(st *upperState) { serve(c, st.freeze) })
+	case agentproto.OpThaw:
+		a.withState(c, func(st *upperState) { c.Reply(struct{}{}, st.thaw()) })
+	case agentproto.OpStateList:
+		a.withState(c, func(st *upperState) { st.list(c) })
+	case agentproto.OpStateRead:
+		a.withState(c, func(st *upperState) { serve(c, st.read) })
 	default:
 		c.Reply(nil, errdefs.New(errdefs.Unsupported, api.CodeUnknownOp, "the agent has no %q operation", c.Op))
 	}
@@ -272,6 +292,9 @@ func (a *agent) hello(c *agentproto.Call, args agentproto.HelloArgs) {
 	}
 	if a.opt.Phases {
 		caps = append(caps, agentproto.CapPhase)
+	}
+	if a.state != nil {
+		caps = append(caps, agentproto.CapState)
 	}
 	c.Reply(agentproto.Hello{
 		Protocol:     agentproto.Protocol,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,8 +51,9 @@ type Client struct {
 	s           *session
 	callTimeout time.Duration
 
-	mu   sync.Mutex  // guards following fields
-	caps map[int]int // output caps of background processes started here
+	mu    sync.Mutex  // guards following fields
+	caps  map[int]int // output caps of background processes started here
+	hello []string    // the capabilities the agent's hello announced
 }
 
 // NewClient starts a client on conn, a byte stream to the agent (a Unix
@@ -157,6 +159,9 @@ func (c *Client) Hello(ctx context.Context) (Hello, error) {
 	if h.Protocol != Protocol {
 		return h, errdefs.New(errdefs.Unsupported, api.CodeAgentProtocolMismatch, "the sandbox agent speaks protocol %d, the node %d", h.Protocol, Protocol)
 	}
+	c.mu.Lock()
+	c.hello = slices.Clone(h.Capabilities)
+	c.mu.Unlock()
 	return h, nil
 }
 
@@ -311,6 +316,11 @@ func (c *Client) upload(ctx context.Context, st *stream, r io.Reader, result any
 // listing runs a call whose result is NDJSON on ChanOut, one entry a
 // line, at most MaxListEntries.
 func (c *Client) listing(ctx context.Context, op string, args any, entry func([]byte) error) error {
+	return c.listingN(ctx, op, args, MaxListEntries, entry)
+}
+
+// listingN is listing with at most limit entries.
+func (c *Client) listingN(ctx context.Context, op string, args any, limit int, entry func([]byte) error) error {
 	ctx, cancel := withTimeout(ctx, c.callTimeout)
 	defer cancel()
 	st, err := c.s.open(ctx, op, args)
@@ -346,9 +356,9 @@ func (c *Client) listing(ctx context.Context, op string, args any, entry func([]
 				}
 				line := pending[:i]
 				pending = pending[i+1:]
-				if entries++; entries > MaxListEntries {
+				if entries++; entries > limit {
 					st.abandon()
-					return c.broken("%s listing longer than %d entries", op, MaxListEntries)
+					return c.broken("%s listing longer than %d entries", op, limit)
 				}
 				if err := entry(line); err != nil {
 					st.abandon()

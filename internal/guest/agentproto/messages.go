@@ -3,9 +3,11 @@ package agentproto
 import (
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/sandbox"
 )
 
 // Operations, the Op of a Request.
@@ -29,6 +31,11 @@ const (
 	OpRename     = "rename"    // RenameArgs; Reply api.FileInfo
 	OpStats      = "stats"     // Reply AgentStats
 	OpPhase      = "phase"     // PhaseArgs; Reply PhaseResult (CapPhase agents only)
+	// The writable state, for snapshots (CapState agents only).
+	OpFreeze    = "freeze"     // FreezeArgs; Reply {}
+	OpThaw      = "thaw"       // Reply {}
+	OpStateList = "state_list" // Data out: NDJSON StateEntry, parents first; Reply {}
+	OpStateRead = "state_read" // StateReadArgs; Data out: the file's content; Reply {}
 )
 
 // Capabilities an agent may announce in Hello.
@@ -44,7 +51,27 @@ const (
 	// guest, announces it; a container's agent refuses the operation
 	// (there the host applies phases).
 	CapPhase = "phase"
+	// CapState: the agent reaches the guest's writable layer (the
+	// overlay's upper directory on its own disk) and serves OpFreeze,
+	// OpThaw, OpStateList and OpStateRead, for snapshots. Only a
+	// microVM guest's agent whose init handed it the upper announces
+	// it.
+	CapState = "state"
 )
+
+// MaxFreeze is the longest the agent keeps the writable layer's file
+// system frozen: past it the agent thaws it by itself, and the next
+// OpThaw fails with api.CodeStateFreezeExpired (what was read meanwhile
+// may be torn). A node that crashed mid-snapshot thus stalls its guest's
+// writes for MaxFreeze at most.
+const MaxFreeze = 2 * time.Minute
+
+// MaxStateEntries bounds the entries of a state listing; the agent fails
+// a longer one, the node refuses more.
+const MaxStateEntries = 1 << 20
+
+// StateEntry is one entry of a state listing (sandbox.StateEntry).
+type StateEntry = sandbox.StateEntry
 
 // MaxListEntries bounds the entries of a List or Processes reply; the
 // agent fails a listing that would be longer, the node refuses more.
@@ -179,6 +206,18 @@ type PhaseArgs struct {
 type PhaseResult struct {
 	// Killed counts the processes it killed.
 	Killed int `json:"killed"`
+}
+
+// FreezeArgs freeze the writable layer's file system (OpFreeze) for at
+// most TimeoutMS (MaxFreeze if 0 or longer).
+type FreezeArgs struct {
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// StateReadArgs name a regular file of the writable layer (OpStateRead)
+// by its path in a state listing.
+type StateReadArgs struct {
+	Path string `json:"path"`
 }
 
 // PathArgs names a file.

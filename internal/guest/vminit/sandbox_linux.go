@@ -108,6 +108,17 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 	if err := g.mountUpper(cfg, disks); err != nil {
 		return err
 	}
+	// The agent's handle on the writable layer, for snapshots: the
+	// upper directory is out of reach by path once the init has switched
+	// into the new root. Only an upper disk: a tmpfs cannot be frozen.
+	var upper *os.File
+	if cfg.UpperDisk != "" {
+		f, err := os.OpenFile(upperDir+"/upper", os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("opening the upper directory: %w", err)
+		}
+		upper = f
+	}
 	if err := os.MkdirAll(newRoot, 0o755); err != nil {
 		return err
 	}
@@ -130,7 +141,7 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		}
 	}
 	if init := systemInit(); cfg.Init && init != "" {
-		return g.handOver(cfg, agentPort, init)
+		return g.handOver(cfg, agentPort, init, upper)
 	}
 	cgroup, err := commandCgroup()
 	if err != nil {
@@ -150,6 +161,7 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 		// The guest is the sandbox: its agent applies phases inside it.
 		Phases:        true,
 		CommandCgroup: cgroup,
+		Upper:         upper,
 	})
 	if err == nil {
 		err = errors.New("the agent stopped")

@@ -188,7 +188,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	r.log.Debug("microvm ready", "id", spec.ID, "network", tm.Network, "upper", tm.Upper, "spawn", tm.Spawn, "qmp", tm.QMP, "cont", tm.Cont, "connected", tm.Connected, "hello", tm.Hello)
 
 	sb := &Sandbox{id: spec.ID, rt: r, spec: spec, dir: dir, vm: vm, netns: st.Netns, agent: agentsandbox.NewAgent(r.Tier(), spec.ID, client), release: release, timing: tm, unjail: unjail,
-		gone: make(chan struct{})}
+		upperDisk: upper != nil, gone: make(chan struct{})}
 	if err := sb.startPhase(ctx); err != nil {
 		return nil, err
 	}

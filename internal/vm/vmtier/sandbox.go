@@ -37,6 +37,9 @@ type Sandbox struct {
 	netns string
 	// timing is its Create's (zero if recovered).
 	timing Timing
+	// upperDisk: its upper is a disk of its own (UpperDisk), which
+	// snapshots can freeze; else a tmpfs in the guest.
+	upperDisk bool
 
 	// phaseMu guards phase. SetPhase holds it throughout; a command
 	// holds it for reading until the agent has started it (holdPhase).

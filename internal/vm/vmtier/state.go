@@ -154,7 +154,7 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 		release()
 		return nil, errdefs.Wrap(errdefs.Unavailable, api.CodeAgentUnreachable, err, "reconnecting to the agent of %s", st.Spec.ID)
 	}
-	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, agent: agentsandbox.NewAgent(r.Tier(), st.Spec.ID, client), release: release, unjail: r.rejail(st), phase: st.Phase,
+	sb := &Sandbox{id: st.Spec.ID, rt: r, spec: st.Spec, dir: dir, vm: vm, netns: st.Netns, agent: agentsandbox.NewAgent(r.Tier(), st.Spec.ID, client), release: release, unjail: r.rejail(st), phase: st.Phase, upperDisk: st.VM.Writable != nil,
 		gone: make(chan struct{})}
 	r.mu.Lock()
 	r.sandboxes[sb.id] = sb
