@@ -119,11 +119,13 @@ bench-container: deps-bench build
 	/usr/bin/python3 sdk/python/bench/bench_container.py --dsec $(BIN) $(SDK_BENCH)
 
 # The VM tiers under this machine's accelerator (TCG here): boot to ready,
-# QEMU's memory, 4 creates at once, the vm tier, a network's cost.
+# QEMU's memory, 4 creates at once, the vm tier, a microVM's snapshot,
+# a network's cost.
 bench-vm: deps-bench build
 	$(GO) test -run '^$$' -bench '^BenchmarkCreate$$' -benchtime $(call bt,8x) -timeout 20m ./internal/vm/vmtier/
 	$(GO) test -run '^$$' -bench 'CreateParallel4' -benchtime $(call bt,3x) -timeout 20m ./internal/vm/vmtier/
 	$(GO) test -run '^$$' -bench 'CreateVM' -benchtime $(call bt,6x) -timeout 20m ./internal/vm/vmtier/
+	$(GO) test -run '^$$' -bench '^BenchmarkSnapshot$$' -benchtime $(call bt,3x) -timeout 20m ./internal/vm/vmtier/
 	set -o pipefail; DSEC_TEST_MICROVM_NETBENCH=$(VM_BOOTS) $(GO) test -run 'TestNetworkBootTime' -count=1 -v -timeout 20m ./internal/vm/vmtier/ | grep -E 'boot|network|PASS|FAIL'
 
 # Trajectories: one append to the log, snapshots of a container's
