@@ -56,6 +56,7 @@ func (m *Manager) reconcile(ctx context.Context, node string) {
 			}
 			if present[rec.ID] {
 				m.destroyOnNode(ctx, node, rec.ID)
+				present[rec.ID] = false // destroyed: not an orphan below
 			}
 			m.fail(ctx, rec.ID, "interrupted: the control plane restarted during create")
 			interrupted++
@@ -67,6 +68,9 @@ func (m *Manager) reconcile(ctx context.Context, node string) {
 	}
 	var orphans int
 	for _, s := range have {
+		if !present[s.ID] {
+			continue // destroyed above
+		}
 		rec, _, ok := m.cache.get(s.ID)
 		if ok && rec.Node == node && sandbox.Live(rec.State) {
 			continue
