@@ -83,7 +83,10 @@ func (s *Sandbox) mark(ctx context.Context) (sandbox.StepMark, error) {
 }
 
 // liveProcs lists the sandbox's processes, sorted, without zombies (a
-// command's child that exited and is not reaped yet is not state).
+// command's child that exited and is not reaped yet is not state), nor
+// processes that are exiting or have a fatal signal pending: `pkill`
+// returns before its targets die, and a step that killed them must not
+// be judged pure because they had not run yet.
 func (s *Sandbox) liveProcs() ([]int, error) {
 	procs, err := s.cg.Procs()
 	if err != nil {
@@ -91,9 +94,14 @@ func (s *Sandbox) liveProcs() ([]int, error) {
 	}
 	out := procs[:0]
 	for _, p := range procs {
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); err == nil && !zombie(b) {
-			out = append(out, p)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil || zombie(b) || exiting(b) {
+			continue
 		}
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p)); err != nil || dying(st) {
+			continue
+		}
+		out = append(out, p)
 	}
 	slices.Sort(out)
 	return out, nil
