@@ -28,7 +28,16 @@ func (a *Service) dispatch(ctx context.Context, m *nats.Msg) {
 			Msg: fmt.Sprintf("node %s is handling too many requests", a.opt.ID), RetryAfter: time.Second})
 		return
 	}
+	a.dmu.Lock()
+	if a.stopping {
+		a.dmu.Unlock()
+		<-a.sem
+		a.replyErr(m, &errdefs.Error{Class: errdefs.Unavailable, Code: api.CodeNodeBusy,
+			Msg: fmt.Sprintf("node %s is stopping", a.opt.ID), RetryAfter: time.Second})
+		return
+	}
 	a.wg.Add(1)
+	a.dmu.Unlock()
 	go func() {
 		defer a.wg.Done()
 		defer func() { <-a.sem }()

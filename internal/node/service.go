@@ -97,12 +97,16 @@ type Service struct {
 	smu   sync.Mutex            // guards following field
 	snaps map[string]*snapState // each sandbox's last snapshot (snapshot.go)
 
-	sem    chan struct{}
-	wg     sync.WaitGroup // request handlers and background loops
-	bg     context.Context
-	cancel context.CancelFunc
-	sub    *nats.Subscription
-	nc     *nats.Conn
+	sem chan struct{}
+	wg  sync.WaitGroup // request handlers and background loops
+	// dmu orders dispatch's wg.Add before Stop's wg.Wait: a message
+	// already taken by the NATS client is delivered after Unsubscribe.
+	dmu      sync.Mutex // guards following field
+	stopping bool
+	bg       context.Context
+	cancel   context.CancelFunc
+	sub      *nats.Subscription
+	nc       *nats.Conn
 }
 
 // entry is a sandbox slot. sb is nil while the sandbox is being created.
@@ -195,6 +199,9 @@ func (a *Service) Stop(ctx context.Context, hb heartbeatSink) {
 	if a.cancel != nil {
 		a.cancel()
 	}
+	a.dmu.Lock()
+	a.stopping = true
+	a.dmu.Unlock()
 	a.wg.Wait()
 	a.mu.Lock()
 	for _, r := range a.reads {
