@@ -48,29 +48,7 @@ func (a *agent) open(c *agentproto.Call, args agentproto.PathArgs) {
 	}
 	// The size at open bounds the download: a file that grows meanwhile
 	// (a log being written) is cut there, as the node announces.
-	r := io.LimitReader(fh, fi.Size())
-	for {
-		if err := c.Context().Err(); err != nil {
-			c.Reply(nil, sandbox.FileError(abs, err))
-			return
-		}
-		buf := make([]byte, agentproto.ChunkSize)
-		n, err := io.ReadFull(r, buf)
-		if n > 0 {
-			if err := c.Send(agentproto.ChanOut, buf[:n]); err != nil {
-				c.Reply(nil, err)
-				return
-			}
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			c.Reply(struct{}{}, nil)
-			return
-		}
-		if err != nil {
-			c.Reply(nil, sandbox.FileError(abs, err))
-			return
-		}
-	}
+	streamFile(c, io.LimitReader(fh, fi.Size()), func(err error) error { return sandbox.FileError(abs, err) })
 }
 
 // write replaces a file with the call's data (sandbox.RootFiles.Write).
@@ -202,4 +180,31 @@ func (a *agent) rename(c *agentproto.Call, args agentproto.RenameArgs) {
 		return
 	}
 	c.Reply(a.files().Rename(fromAbs, fromRel, toAbs, toRel))
+}
+
+// streamFile sends r to the caller in chunks on the output channel and
+// replies at its end; wrap names a failure (a cancelled call included).
+func streamFile(c *agentproto.Call, r io.Reader, wrap func(error) error) {
+	for {
+		if err := c.Context().Err(); err != nil {
+			c.Reply(nil, wrap(err))
+			return
+		}
+		buf := make([]byte, agentproto.ChunkSize)
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if err := c.Send(agentproto.ChanOut, buf[:n]); err != nil {
+				c.Reply(nil, err)
+				return
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			c.Reply(struct{}{}, nil)
+			return
+		}
+		if err != nil {
+			c.Reply(nil, wrap(err))
+			return
+		}
+	}
 }

@@ -340,29 +340,13 @@ func (u *upperState) read(c *agentproto.Call, args agentproto.StateReadArgs) {
 		return
 	}
 	defer f.Close()
-	r := io.LimitReader(f, size)
-	for {
-		if err := c.Context().Err(); err != nil {
-			c.Reply(nil, err)
-			return
+	// A cancelled read answers with the context's error, unwrapped.
+	streamFile(c, io.LimitReader(f, size), func(err error) error {
+		if c.Context().Err() != nil {
+			return err
 		}
-		buf := make([]byte, agentproto.ChunkSize)
-		n, err := io.ReadFull(r, buf)
-		if n > 0 {
-			if err := c.Send(agentproto.ChanOut, buf[:n]); err != nil {
-				c.Reply(nil, err)
-				return
-			}
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			c.Reply(struct{}{}, nil)
-			return
-		}
-		if err != nil {
-			c.Reply(nil, stateErr(args.Path, err))
-			return
-		}
-	}
+		return stateErr(args.Path, err)
+	})
 }
 
 // open opens the regular file at p, a clean relative path, from the
