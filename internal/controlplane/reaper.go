@@ -14,16 +14,20 @@ const retryStopping = 15 * time.Second
 
 // reapLoop enforces time to live, retries stuck destroys and purges old
 // records, every Tick.
-func (m *Manager) reapLoop(ctx context.Context) {
+func (m *Manager) reapLoop(ctx context.Context) { m.every(ctx, m.opt.Tick, m.reap) }
+
+// every calls fn at each tick of period until ctx ends, then marks the
+// loop done (m.wg).
+func (m *Manager) every(ctx context.Context, period time.Duration, fn func(context.Context, time.Time)) {
 	defer m.wg.Done()
-	t := time.NewTicker(m.opt.Tick)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			m.reap(ctx, now)
+			fn(ctx, now)
 		}
 	}
 }

@@ -31,19 +31,11 @@ type LayerSweeper interface {
 }
 
 func (m *Manager) snapshotLoop(ctx context.Context) {
-	defer m.wg.Done()
-	t := time.NewTicker(m.opt.SnapshotSweep)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if err := m.sweepSnapshots(ctx, now); err != nil && ctx.Err() == nil {
-				m.log.Warn("sweeping snapshots", "err", err)
-			}
+	m.every(ctx, m.opt.SnapshotSweep, func(ctx context.Context, now time.Time) {
+		if err := m.sweepSnapshots(ctx, now); err != nil && ctx.Err() == nil {
+			m.log.Warn("sweeping snapshots", "err", err)
 		}
-	}
+	})
 }
 
 // sweepSnapshots deletes the snapshots whose time is up, then the state
