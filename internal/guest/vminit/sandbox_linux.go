@@ -140,6 +140,9 @@ func (g *guest) sandbox(cfg *vmconfig.Config, disks map[string]string, agentPort
 			return fmt.Errorf("setting the host name: %w", err)
 		}
 	}
+	if err := guardThrashing(); err != nil {
+		g.say(fmt.Sprintf("dsec: memory hogs may thrash before the OOM killer acts: %v", err))
+	}
 	if init := systemInit(); cfg.Init && init != "" {
 		return g.handOver(cfg, agentPort, init, upper)
 	}

@@ -249,6 +249,12 @@ func TestAdversarial(t *testing.T) {
 		t.Logf("awk: exit %d in %.0f ms; QEMU RSS %d → %d MiB (peak %d MiB), guest memory %d MiB", res.ExitCode, res.DurationMS, u0.RSSBytes>>20, u1.RSSBytes>>20, u1.PeakRSSBytes>>20, memMiB)
 		if res.ExitCode == 0 || res.TimedOut {
 			t.Errorf("the memory hog: %+v; want killed", res)
+			t.Logf("the guest's memory: %+v", run(t, `cat /proc/meminfo /proc/pressure/memory; dmesg | tail -20`))
+		}
+		// The guest's guard against thrashing (a hog whose pages push out
+		// its own text would otherwise be refaulted for minutes) is on.
+		if g := run(t, `cat /sys/kernel/mm/lru_gen/enabled /sys/kernel/mm/lru_gen/min_ttl_ms`); g.Stdout == "" || strings.Fields(g.Stdout)[len(strings.Fields(g.Stdout))-1] != "1000" || strings.HasPrefix(g.Stdout, "0x0000") {
+			t.Errorf("the guest's thrashing guard: %+v; want MGLRU on with min_ttl_ms 1000", g)
 		}
 		// Control: it was the guest's OOM killer, and the guest touched
 		// the memory (QEMU's RSS grew).
