@@ -237,15 +237,17 @@ func (m *Manager) create(ctx context.Context, owner string, req api.CreateSandbo
 			rec.BaseState = append(rec.BaseState, l.ID)
 		}
 	}
+	var logged *startLog
 	if req.Trajectory != "" {
 		rec.Trajectory, rec.Incarnation = req.Trajectory, max(o.incarnation, 1)
 		if !o.resumed {
-			if err := m.beginTrajectory(ctx, owner, rec, o); err != nil {
-				return out, err
-			}
+			// The trajectory's head and its create step are written
+			// while the record and the sandbox are made: their round
+			// trips overlap, and the create answers after all of them.
+			logged = m.startLogging(ctx, owner, rec, req, img, o)
 			defer func() {
 				if err != nil {
-					m.abandonTrajectory(rec)
+					logged.undo(m, rec)
 				}
 			}()
 		}
@@ -302,18 +304,17 @@ func (m *Manager) create(ctx context.Context, owner string, req api.CreateSandbo
 		out, _, _ = m.cache.get(rec.ID)
 		return out, nil
 	}
+	if err = logged.wait(); err != nil {
+		// A sandbox whose trajectory has no head or no start (a name in
+		// use, the log unreachable) is never seen running: it goes.
+		m.destroyOnNode(cctx, node, rec.ID)
+		m.forget(cctx, rec, "trajectory: "+errdefs.MessageOf(err))
+		return out, err
+	}
 	out, err = m.transition(cctx, rec.ID, api.StatePending, api.StateRunning, "")
 	if err != nil {
 		// Deleted while being created: the deleter destroys it.
 		return out, err
-	}
-	if rec.Trajectory != "" {
-		if err := m.logCreate(cctx, out, req, img); err != nil {
-			// An unlogged sandbox would record a trajectory without its
-			// start: it goes.
-			_ = m.destroy(cctx, out.ID, "trajectory_unavailable")
-			return out, err
-		}
 	}
 	return out, nil
 }

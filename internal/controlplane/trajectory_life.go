@@ -92,6 +92,50 @@ func (m *Manager) abandonTrajectory(rec store.SandboxRecord) {
 	}
 }
 
+// startLog is a new trajectory's head and create step being written
+// while its sandbox is made.
+type startLog struct {
+	done  chan struct{}
+	began bool  // the head was made (set before done closes)
+	err   error // set before done closes
+}
+
+// startLogging begins rec's trajectory and logs its create step in the
+// background. Nothing else can step the sandbox meanwhile: it is pending
+// until the create waits for this.
+func (m *Manager) startLogging(ctx context.Context, owner string, rec store.SandboxRecord, req api.CreateSandboxRequest, img image.Resolved, o createOpts) *startLog {
+	l := &startLog{done: make(chan struct{})}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer close(l.done)
+		if l.err = m.beginTrajectory(ctx, owner, rec, o); l.err != nil {
+			return
+		}
+		l.began = true
+		l.err = m.logCreate(ctx, rec, req, img)
+	}()
+	return l
+}
+
+// wait returns once the head and the create step are written (nil), or
+// why not. A nil startLog (nothing to log) waits for nothing.
+func (l *startLog) wait() error {
+	if l == nil {
+		return nil
+	}
+	<-l.done
+	return l.err
+}
+
+// undo removes what a create that failed had logged: the head, if it was
+// made (a name that another trajectory holds is left to it).
+func (l *startLog) undo(m *Manager, rec store.SandboxRecord) {
+	_ = l.wait()
+	if l.began {
+		m.abandonTrajectory(rec)
+	}
+}
+
 // logCreate logs a new sandbox's spec as its trajectory's first step:
 // the image by ID and its layers, so a resume builds the same root
 // whatever names moved since; secret env values left out.

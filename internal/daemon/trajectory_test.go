@@ -294,8 +294,28 @@ func TestForkAndSnapshotFunctionTier(t *testing.T) {
 	}
 	_, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierFunction, FromSnapshot: "snap-nosuch"})
 	wantCode(t, "create from an unknown snapshot", err, api.CodeSnapshotNotFound)
+	before, err := c.Trajectory(ctx, "fork-parent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := func() int {
+		l, err := c.ListSandboxes(ctx, client.ListOptions{Tier: api.TierFunction, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Sandboxes)
+	}
+	n := listed()
 	_, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierFunction, Trajectory: "fork-parent"})
 	wantCode(t, "a trajectory name in use", err, api.CodeTrajectoryExists)
+	// The sandbox made meanwhile (the head is written while it is) is
+	// gone, and the trajectory that holds the name is as it was.
+	if after, err := c.Trajectory(ctx, "fork-parent"); err != nil || after.Sandbox != before.Sandbox || after.Steps != before.Steps || after.State != before.State {
+		t.Errorf("the trajectory holding the name: %+v → %+v, %v", before, after, err)
+	}
+	if got := listed(); got != n {
+		t.Errorf("a create refused for its trajectory's name left a sandbox: %d listed, %d before", got, n)
+	}
 	_, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierFunction, Trajectory: "../etc"})
 	wantCode(t, "a bad trajectory name", err, api.CodeInvalidTrajectoryID)
 	if err := c.DeleteSandbox(ctx, from.ID); err != nil {
