@@ -92,8 +92,18 @@ func (s *Sandbox) liveProcs() ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.phaseMu.RLock()
+	agent := s.state.Pid
+	s.phaseMu.RUnlock()
 	out := procs[:0]
 	for _, p := range procs {
+		if p == agent {
+			// The agent: always there while the sandbox is, and if it
+			// were dying the step fails anyway. Not reading its stat and
+			// status halves a mark's cost (two /proc reads of ~30 µs).
+			out = append(out, p)
+			continue
+		}
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
 		if err != nil || zombie(b) || exiting(b) {
 			continue
