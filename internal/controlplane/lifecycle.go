@@ -150,7 +150,13 @@ func (m *Manager) Delete(ctx context.Context, owner, id, reason string) error {
 	if _, err := m.owned(owner, id); err != nil {
 		return err
 	}
-	return m.destroy(ctx, id, reason)
+	if err := m.destroy(ctx, id, reason); err != nil {
+		return err
+	}
+	// A recorded sandbox's log has its end step once the delete answers:
+	// a trainer that deletes and then exports sees the whole episode.
+	m.waitEnded(ctx, id)
+	return nil
 }
 
 // destroy is Delete without the owner check (expiry, shutdown).

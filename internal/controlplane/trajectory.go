@@ -76,8 +76,12 @@ func (r *recording) abortStep(cause error) {
 
 // recordings holds the recordings of this process's recorded sandboxes.
 type recordings struct {
-	mu sync.Mutex // guards m
+	mu sync.Mutex // guards m and ending
 	m  map[string]*recording
+	// ending holds, by sandbox ID, a channel closed once the end of the
+	// sandbox's trajectory is logged (trajectoryEnded), so that a delete
+	// answers after it.
+	ending map[string]chan struct{}
 }
 
 // recording returns rec's recording, loading where its trajectory stands

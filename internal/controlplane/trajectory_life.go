@@ -159,9 +159,24 @@ func (m *Manager) trajectoryEnded(rec store.SandboxRecord) {
 	if m.traj == nil || rec.Trajectory == "" {
 		return
 	}
+	done := make(chan struct{})
+	m.recs.mu.Lock()
+	if m.recs.ending == nil {
+		m.recs.ending = map[string]chan struct{}{}
+	}
+	m.recs.ending[rec.ID] = done
+	m.recs.mu.Unlock()
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		defer func() {
+			m.recs.mu.Lock()
+			if m.recs.ending[rec.ID] == done {
+				delete(m.recs.ending, rec.ID)
+			}
+			m.recs.mu.Unlock()
+			close(done)
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		defer m.dropRecording(rec.ID, nil)
@@ -195,6 +210,22 @@ func (m *Manager) trajectoryEnded(rec store.SandboxRecord) {
 			m.log.Warn("ending a trajectory", "trajectory", rec.Trajectory, "err", err)
 		}
 	}()
+}
+
+// waitEnded waits until the end of sandbox id's trajectory is logged, if
+// it is being logged (in a goroutine: the caller of mutate may hold the
+// recording's lock), or ctx ends.
+func (m *Manager) waitEnded(ctx context.Context, id string) {
+	m.recs.mu.Lock()
+	done := m.recs.ending[id]
+	m.recs.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // errNoChange leaves a head as it is (from a MutateHead function).

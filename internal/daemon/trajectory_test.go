@@ -117,6 +117,14 @@ func TestTrajectoryFunctionTier(t *testing.T) {
 	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
+	// Once the delete has answered, the log ends with the end step and
+	// the head says ended (no waiting: a trainer exports right away).
+	if head, err := c.Trajectory(ctx, traj); err != nil || head.State != api.TrajectoryEnded {
+		t.Errorf("head right after the delete: %+v, %v", head, err)
+	}
+	if page, err := c.TrajectorySteps(ctx, traj, 0, 1000); err != nil || len(page.Steps) == 0 || page.Steps[len(page.Steps)-1].Kind != api.KindEnd {
+		t.Errorf("steps right after the delete: %+v, %v", page, err)
+	}
 	_, err = c.Resume(ctx, traj, api.ResumeRequest{})
 	wantCode(t, "resume without the secret", err, api.CodeSecretEnvMissing)
 	_, err = c.Resume(ctx, traj, api.ResumeRequest{SecretEnv: map[string]string{"API_KEY": "k-123"}, OnDivergence: "maybe"})
