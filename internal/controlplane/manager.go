@@ -206,7 +206,7 @@ func New(opt Options) *Manager {
 		st: opt.Store, nodes: opt.Nodes, images: opt.Images,
 		log: opt.Logger.With("component", "controlplane"), lim: opt.Limits, obs: opt.Observer, opt: opt,
 		traj:     opt.Trajectories,
-		recs:     recordings{m: map[string]*recording{}},
+		recs:     recordings{m: map[string]*recording{}, ending: map[string]chan struct{}{}},
 		cache:    newCache(),
 		view:     newNodeView(),
 		limiters: map[string]*rate.Limiter{},

@@ -161,9 +161,6 @@ func (m *Manager) trajectoryEnded(rec store.SandboxRecord) {
 	}
 	done := make(chan struct{})
 	m.recs.mu.Lock()
-	if m.recs.ending == nil {
-		m.recs.ending = map[string]chan struct{}{}
-	}
 	m.recs.ending[rec.ID] = done
 	m.recs.mu.Unlock()
 	m.wg.Add(1)

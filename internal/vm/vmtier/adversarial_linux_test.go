@@ -253,7 +253,8 @@ func TestAdversarial(t *testing.T) {
 		}
 		// The guest's guard against thrashing (a hog whose pages push out
 		// its own text would otherwise be refaulted for minutes) is on.
-		if g := run(t, `cat /sys/kernel/mm/lru_gen/enabled /sys/kernel/mm/lru_gen/min_ttl_ms`); g.Stdout == "" || strings.Fields(g.Stdout)[len(strings.Fields(g.Stdout))-1] != "1000" || strings.HasPrefix(g.Stdout, "0x0000") {
+		g := run(t, `cat /sys/kernel/mm/lru_gen/enabled /sys/kernel/mm/lru_gen/min_ttl_ms`)
+		if f := strings.Fields(g.Stdout); len(f) == 0 || f[len(f)-1] != "1000" || f[0] == "0x0000" {
 			t.Errorf("the guest's thrashing guard: %+v; want MGLRU on with min_ttl_ms 1000", g)
 		}
 		// Control: it was the guest's OOM killer, and the guest touched
