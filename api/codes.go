@@ -294,6 +294,12 @@ const (
 	CodeInvalidDigest           = "invalid_digest"
 	CodeDigestMismatch          = "digest_mismatch"
 	CodeInvalidRange            = "invalid_range"
+	CodeInvalidChunkIndex       = "invalid_chunk_index"
+	CodeChunkCorrupt            = "chunk_corrupt"
+	CodeChunkFetchTimeout       = "chunk_fetch_timeout"
+	CodeLazyBlobExists          = "lazy_blob_exists"
+	CodeLazyCacheLocked         = "lazy_cache_locked"
+	CodeLazyBlobsClosed         = "lazy_blobs_closed"
 
 	// Trajectories: the log of a rollout, resume, snapshots and forks.
 	CodeInvalidTrajectoryID = "invalid_trajectory_id"
@@ -608,7 +614,7 @@ var ErrorCodes = []ErrorCode{
 	{CodeLayerCorrupt, ClassInternal, "a layer in the store does not match its digest or size"},
 	{CodeLayerCacheFull, ClassUnavailable, "the node's layer cache has no space left"},
 	{CodeLayerCacheClosed, ClassUnavailable, "the node's layer cache is closed"},
-	{CodeInvalidOptions, ClassInvalid, "the layer cache's options are not valid"},
+	{CodeInvalidOptions, ClassInvalid, "the options of the node's layer cache or on-demand blob server are not valid"},
 	{CodeLayerIDMismatch, ClassInvalid, "a layer's manifest is another layer's"},
 	{CodeDuplicateLayer, ClassInvalid, "a layer appears twice in a stack"},
 	{CodeLayerMountFailed, ClassInternal, "a layer could not be mounted"},
@@ -648,6 +654,12 @@ var ErrorCodes = []ErrorCode{
 	{CodeInvalidDigest, ClassInvalid, "a digest is not sha256:<64 hex digits>"},
 	{CodeDigestMismatch, ClassInvalid, "a blob's content does not have its digest"},
 	{CodeInvalidRange, ClassInvalid, "a blob's byte range is not valid"},
+	{CodeInvalidChunkIndex, ClassInvalid, "a blob's chunk index is not valid (its digest, size, chunk size or chunk digests)"},
+	{CodeChunkCorrupt, ClassInternal, "a chunk of a blob read from the store does not match its digest in the chunk index"},
+	{CodeChunkFetchTimeout, ClassDeadlineExceeded, "a chunk of a blob was not read from the store in time"},
+	{CodeLazyBlobExists, ClassConflict, "the node serves the blob on demand already, with another chunk index"},
+	{CodeLazyCacheLocked, ClassConflict, "another on-demand blob server uses the chunk cache directory"},
+	{CodeLazyBlobsClosed, ClassUnavailable, "the node's on-demand blob server is closed"},
 
 	// Trajectories: the log of a rollout, resume, snapshots and forks.
 	{CodeInvalidTrajectoryID, ClassInvalid, "a trajectory ID is not 1-200 bytes of letters, digits and -_./: without \"..\" or a leading or trailing \"/\""},

@@ -134,6 +134,55 @@ func MountFUSE(dir, subtype string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), "/dev/fuse"), nil
 }
 
+// MountFUSEConn mounts a read-only FUSE file system of type fuse.<name> at
+// dir (nosuid, nodev, noexec; the kernel checks permissions from the
+// modes the server reports, default_permissions) with the extra mount
+// options given (e.g. "max_read=1048576"), and returns its /dev/fuse
+// connection as a blocking, close-on-exec descriptor: for FUSE libraries
+// that take a descriptor and read it with read(2) themselves (go-fuse's
+// "/dev/fd/N" mount point), which then own it. (go-fuse's own direct
+// mount leaves its descriptor open across exec, so every program this
+// process started would hold the connection.) The caller serves the
+// protocol, starting with the kernel's INIT request; UnmountFUSE removes
+// the mount.
+func MountFUSEConn(dir, name, options string) (int, error) {
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening /dev/fuse: %w", err)
+	}
+	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d,default_permissions", fd, os.Geteuid(), os.Getegid())
+	if options != "" {
+		opts += "," + options
+	}
+	flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount(name, dir, "fuse."+name, flags, opts); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("mounting fuse at %s: %w", dir, err)
+	}
+	return fd, nil
+}
+
+// UnmountFUSE unmounts the FUSE file system at target. If it is busy (a
+// file on it is open, such as the device of a file-backed EROFS mount),
+// it forces the unmount, which aborts the FUSE connection (every request
+// waiting on it, and every later one, fails), and detaches the mount;
+// forced reports that it had to. A target that is not a mount point, or
+// does not exist, is not an error.
+func UnmountFUSE(target string) (forced bool, err error) {
+	err = unix.Unmount(target, 0)
+	if errors.Is(err, unix.EBUSY) {
+		forced = true
+		err = unix.Unmount(target, unix.MNT_FORCE) // aborts the connection even when still busy
+		if errors.Is(err, unix.EBUSY) {
+			err = unix.Unmount(target, unix.MNT_DETACH)
+		}
+	}
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return forced, nil
+	}
+	return forced, fmt.Errorf("unmounting %s: %w", target, err)
+}
+
 // EnsureTmpfs mounts a tmpfs named source on dir unless dir already is the
 // root of one (from an earlier run). Without the privilege to mount it
 // does nothing and reports false: the caller's state then lives on the

@@ -33,6 +33,12 @@ func MountFUSE(dir, subtype string) (*os.File, error) {
 	return nil, fmt.Errorf("mounting fuse at %s: %w", dir, errdefs.ErrNotSupported)
 }
 
+func MountFUSEConn(dir, name, options string) (int, error) {
+	return -1, fmt.Errorf("mounting fuse at %s: %w", dir, errdefs.ErrNotSupported)
+}
+
+func UnmountFUSE(string) (bool, error) { return false, nil }
+
 func EnsureTmpfs(source, dir, options string) (bool, error) { return false, nil }
 
 func UnmountTmpfsIfEmpty(dir string) error { return nil }

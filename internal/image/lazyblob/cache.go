@@ -1,0 +1,236 @@
+package lazyblob
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// chunkState is what a cache knows of one chunk.
+type chunkState uint8
+
+const (
+	chunkAbsent   chunkState = iota // not in the data file, as far as is known
+	chunkMarked                     // marked by an earlier run, not checked in this one
+	chunkVerified                   // in the data file and checked in this run
+)
+
+// The bitmap file: magic, blob size (uint64), chunk size and chunk count
+// (uint32), little-endian, then one bit per chunk (bit i%8 of byte i/8).
+const (
+	bitmapMagic  = "DSLZBMP1"
+	bitmapHeader = 24
+)
+
+// chunkCache is one blob's chunks on disk: the sparse data file and its
+// bitmap (see the package doc). Its methods are safe for concurrent use;
+// chunks are written by at most one caller each at a time (the blob's
+// fetch of it).
+type chunkCache struct {
+	idx   Index
+	data  *os.File
+	marks *os.File
+
+	mu     sync.Mutex // guards following fields and the writes to marks
+	state  []chunkState
+	bitmap []byte
+	closed bool
+}
+
+// openCache opens (or creates) the cache files of idx's blob in dir. Its
+// chunks marked in the bitmap start as chunkMarked; a bitmap that is
+// missing or is not this index's starts the cache afresh.
+func openCache(dir string, idx Index) (*chunkCache, error) {
+	n := chunkCount(idx.Size, idx.ChunkSize)
+	if n > math.MaxUint32 {
+		return nil, fmt.Errorf("caching blob %s: %d chunks are too many", idx.Digest, n)
+	}
+	base := filepath.Join(dir, idx.hexDigest())
+	data, err := os.OpenFile(base+".data", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening chunk cache: %w", err)
+	}
+	c := &chunkCache{idx: idx, data: data, state: make([]chunkState, n)}
+	fi, err := data.Stat()
+	if err != nil {
+		data.Close()
+		return nil, fmt.Errorf("opening chunk cache: %w", err)
+	}
+	bitmap, ok := readBitmap(base+".bitmap", idx)
+	if !ok || fi.Size() != idx.Size {
+		if bitmap, err = c.reset(base + ".bitmap"); err != nil {
+			data.Close()
+			return nil, err
+		}
+	}
+	c.bitmap = bitmap
+	for i := range c.state {
+		if bitmap[i/8]&(1<<(i%8)) != 0 {
+			c.state[i] = chunkMarked
+		}
+	}
+	if c.marks, err = os.OpenFile(base+".bitmap", os.O_RDWR, 0); err != nil {
+		data.Close()
+		return nil, fmt.Errorf("opening chunk cache: %w", err)
+	}
+	return c, nil
+}
+
+// readBitmap returns the bitmap in path if it is idx's.
+func readBitmap(path string, idx Index) ([]byte, bool) {
+	b, err := os.ReadFile(path)
+	n := chunkCount(idx.Size, idx.ChunkSize)
+	if err != nil || len(b) != bitmapHeader+(n+7)/8 || !bytes.Equal(b[:8], []byte(bitmapMagic)) ||
+		binary.LittleEndian.Uint64(b[8:]) != uint64(idx.Size) ||
+		binary.LittleEndian.Uint32(b[16:]) != uint32(idx.ChunkSize) ||
+		binary.LittleEndian.Uint32(b[20:]) != uint32(n) {
+		return nil, false
+	}
+	return b[bitmapHeader:], true
+}
+
+// reset empties the data file (keeping its size: a sparse file) and
+// writes an empty bitmap at path, whole or not at all, after it.
+func (c *chunkCache) reset(path string) ([]byte, error) {
+	if err := c.data.Truncate(0); err != nil {
+		return nil, fmt.Errorf("resetting chunk cache: %w", err)
+	}
+	if err := c.data.Truncate(c.idx.Size); err != nil {
+		return nil, fmt.Errorf("resetting chunk cache: %w", err)
+	}
+	if err := c.data.Sync(); err != nil {
+		return nil, fmt.Errorf("resetting chunk cache: %w", err)
+	}
+	n := len(c.state)
+	b := make([]byte, bitmapHeader+(n+7)/8)
+	copy(b, bitmapMagic)
+	binary.LittleEndian.PutUint64(b[8:], uint64(c.idx.Size))
+	binary.LittleEndian.PutUint32(b[16:], uint32(c.idx.ChunkSize))
+	binary.LittleEndian.PutUint32(b[20:], uint32(n))
+	if err := writeFileAtomic(path, b); err != nil {
+		return nil, fmt.Errorf("resetting chunk cache: %w", err)
+	}
+	return b[bitmapHeader:], nil
+}
+
+// writeFileAtomic puts b at path through a synced temporary file and a
+// rename, and syncs the directory.
+func writeFileAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // gone after the rename; removes it on failure
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// chunk returns chunk i's state.
+func (c *chunkCache) chunk(i int) chunkState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state[i]
+}
+
+// store writes chunk i (checked by the caller), syncs it and marks it.
+// cached reports that the chunk is in the data file and readable there,
+// even if marking it failed (err then says so: the mark is only lost).
+func (c *chunkCache) store(i int, b []byte) (cached bool, err error) {
+	off, _ := c.idx.chunkRange(i)
+	if _, err := c.data.WriteAt(b, off); err != nil {
+		return false, fmt.Errorf("caching chunk %d: %w", i, err)
+	}
+	if err := c.data.Sync(); err != nil {
+		return false, fmt.Errorf("caching chunk %d: %w", i, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false, fmt.Errorf("caching chunk %d: %w", i, os.ErrClosed)
+	}
+	c.state[i] = chunkVerified
+	return true, c.writeMarkLocked(i, true)
+}
+
+// verify checks chunk i, marked by an earlier run, against its digest:
+// it is then verified, or else unmarked (and false returned).
+func (c *chunkCache) verify(i int) (bool, error) {
+	off, n := c.idx.chunkRange(i)
+	b := make([]byte, n)
+	if _, err := c.data.ReadAt(b, off); err != nil {
+		return false, errors.Join(fmt.Errorf("checking cached chunk %d: %w", i, err), c.unmark(i))
+	}
+	if digestOf(b) != c.idx.Chunks[i] {
+		return false, c.unmark(i)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state[i] = chunkVerified
+	return true, nil
+}
+
+func (c *chunkCache) unmark(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state[i] = chunkAbsent
+	return c.writeMarkLocked(i, false)
+}
+
+// writeMarkLocked sets or clears chunk i's bit and writes its byte of
+// the bitmap file in place (one byte: it is written whole or not at all).
+//
+// Preconditions: c.mu must be held.
+func (c *chunkCache) writeMarkLocked(i int, set bool) error {
+	if set {
+		c.bitmap[i/8] |= 1 << (i % 8)
+	} else {
+		c.bitmap[i/8] &^= 1 << (i % 8)
+	}
+	if c.closed {
+		return nil
+	}
+	if _, err := c.marks.WriteAt(c.bitmap[i/8:i/8+1], bitmapHeader+int64(i/8)); err != nil {
+		return fmt.Errorf("marking chunk %d: %w", i, err)
+	}
+	return nil
+}
+
+// readAt reads cached bytes of the blob.
+func (c *chunkCache) readAt(p []byte, off int64) error {
+	_, err := c.data.ReadAt(p, off)
+	return err
+}
+
+// close syncs the bitmap and closes the files.
+func (c *chunkCache) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	err := c.marks.Sync()
+	return errors.Join(err, c.marks.Close(), c.data.Close())
+}

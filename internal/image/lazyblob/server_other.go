@@ -1,0 +1,32 @@
+//go:build !linux
+
+package lazyblob
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// Server serves blobs as files on one FUSE mount; it runs on Linux only.
+type Server struct{}
+
+// Mount fails off Linux with an error wrapping errdefs.ErrNotSupported.
+func Mount(ctx context.Context, opt Options) (*Server, error) {
+	return nil, fmt.Errorf("mounting lazy blobs: %w", errdefs.ErrNotSupported)
+}
+
+func (s *Server) Add(ctx context.Context, idx Index, src Source) (string, error) {
+	return "", fmt.Errorf("serving lazy blobs: %w", errdefs.ErrNotSupported)
+}
+
+func (s *Server) Remove(ctx context.Context, digest string) error {
+	return fmt.Errorf("serving lazy blobs: %w", errdefs.ErrNotSupported)
+}
+
+func (s *Server) Stats() Stats { return Stats{} }
+
+func (s *Server) Dir() string { return "" }
+
+func (s *Server) Close() error { return nil }
