@@ -248,6 +248,7 @@ const (
 	CodeSpecialFile             = "special_file"
 	CodeLayerBadMetadata        = "layer_bad_metadata"
 	CodeLayerDigestMismatch     = "layer_digest_mismatch"
+	CodeLayerChunks             = "layer_chunks"
 	CodeLayerBadSuperblock      = "layer_bad_superblock"
 	CodeLayerDevices            = "layer_devices"
 	CodeLayerFsck               = "layer_fsck"
@@ -608,6 +609,7 @@ var ErrorCodes = []ErrorCode{
 	{CodeSpecialFile, ClassInvalid, "the layer's source holds a FIFO or socket; layers cannot hold them"},
 	{CodeLayerBadMetadata, ClassInvalid, "the layer's metadata image cannot be read"},
 	{CodeLayerDigestMismatch, ClassInvalid, "a layer file's digest or size is not the manifest's"},
+	{CodeLayerChunks, ClassInvalid, "a layer's chunk index is malformed or does not index its data blob"},
 	{CodeLayerBadSuperblock, ClassInvalid, "the layer's EROFS superblock cannot be read"},
 	{CodeLayerDevices, ClassInvalid, "the layer's EROFS image has other than one extra device"},
 	{CodeLayerFsck, ClassInvalid, "fsck.erofs rejects the layer"},

@@ -69,18 +69,15 @@ func (r *Registry) AddLayer(ctx context.Context, a layer.Artifact, names ...stri
 	if err := m.Validate(); err != nil {
 		return store.LayerRecord{}, errdefs.Wrap(errdefs.Invalid, api.CodeInvalidLayer, err, "the built layer is not valid")
 	}
-	for _, f := range []struct {
-		ref  layer.FileRef
-		name string
-	}{{m.Meta, layer.MetaFile}, {m.Blob, layer.BlobFile}} {
-		if _, err := r.blobs.Stat(ctx, f.ref.Digest); err == nil {
+	for _, f := range m.Files() {
+		if _, err := r.blobs.Stat(ctx, f.Ref.Digest); err == nil {
 			continue // stored before (a rebuild, or a file two layers share)
 		}
-		fh, err := os.Open(filepath.Join(a.Dir, f.name))
+		fh, err := os.Open(filepath.Join(a.Dir, f.Name))
 		if err != nil {
 			return store.LayerRecord{}, fmt.Errorf("reading layer file: %w", err)
 		}
-		_, err = r.blobs.Put(ctx, f.ref.Digest, fh)
+		_, err = r.blobs.Put(ctx, f.Ref.Digest, fh)
 		fh.Close()
 		if err != nil {
 			return store.LayerRecord{}, err

@@ -105,13 +105,15 @@ func TestSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := r1.Layer.Manifest
-	if !r1.Full || r1.Files != 1 || r1.Layer.ID != m.ID() || m.Source.Kind != "state" || r1.Bytes != m.Meta.Size+m.Blob.Size {
-		t.Errorf("first snapshot %+v", r1)
-	}
-	for _, ref := range []string{m.Meta.Digest, m.Blob.Digest} {
-		if _, err := store.Stat(ctx, ref); err != nil {
-			t.Errorf("the layer's file %s is not in the blob store: %v", ref, err)
+	var files int64
+	for _, f := range m.Files() {
+		files += f.Ref.Size
+		if _, err := store.Stat(ctx, f.Ref.Digest); err != nil {
+			t.Errorf("the layer's %s (%s) is not in the blob store: %v", f.Name, f.Ref.Digest, err)
 		}
+	}
+	if !r1.Full || r1.Files != 1 || r1.Layer.ID != m.ID() || m.Source.Kind != "state" || !m.HasChunks() || r1.Bytes != files {
+		t.Errorf("first snapshot %+v", r1)
 	}
 	if sb.since(0) != nil {
 		t.Error("the first snapshot was given an index")

@@ -38,11 +38,8 @@ func load(dir string, spec Spec) (stamp, error) {
 	if m.ID() != st.LayerID {
 		return stamp{}, fmt.Errorf("layer ID %s, recorded %s", m.ID(), st.LayerID)
 	}
-	for _, f := range []struct {
-		name string
-		ref  layer.FileRef
-	}{{layer.MetaFile, m.Meta}, {layer.BlobFile, m.Blob}} {
-		if err := checkFile(filepath.Join(dir, f.name), f.ref); err != nil {
+	for _, f := range m.Files() {
+		if err := checkFile(filepath.Join(dir, f.Name), f.Ref); err != nil {
 			return stamp{}, err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 )
 
 // Load reads the artifact in dir from its layer.json. It checks the
@@ -61,7 +62,7 @@ func prepareOutDir(outDir string) error {
 // cleanOutDir removes what a failed build left in outDir (only the
 // artifact's own files, never anything else).
 func cleanOutDir(outDir string) {
-	for _, n := range []string{MetaFile, BlobFile, ManifestFile} {
+	for _, n := range []string{MetaFile, BlobFile, ChunksFile, ManifestFile} {
 		_ = os.Remove(filepath.Join(outDir, n)) // best effort: the build already failed
 	}
 }
@@ -88,16 +89,24 @@ func finish(ctx context.Context, outDir string, src Source, b Builder) (Artifact
 	if err != nil {
 		return Artifact{}, err
 	}
-	blob, err := hashFile(filepath.Join(outDir, BlobFile))
+	idx, err := indexBlob(filepath.Join(outDir, BlobFile))
 	if err != nil {
+		return Artifact{}, err
+	}
+	js, err := json.Marshal(idx)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("encoding the chunk index: %w", err)
+	}
+	if err := writeFileSync(filepath.Join(outDir, ChunksFile), js); err != nil {
 		return Artifact{}, err
 	}
 	m := Manifest{
 		MediaType: MediaType,
 		Version:   1,
 		Meta:      meta,
-		Blob:      blob,
+		Blob:      FileRef{Digest: idx.Digest, Size: idx.Size},
 		ChunkSize: ChunkSize,
+		Chunks:    FileRef{Digest: Digest(js), Size: int64(len(js))},
 		Source:    src,
 		Builder:   b,
 	}
@@ -112,6 +121,25 @@ func finish(ctx context.Context, outDir string, src Source, b Builder) (Artifact
 		return Artifact{}, err
 	}
 	return a, nil
+}
+
+// indexBlob returns the chunk index of the blob at path (which also
+// gives its digest and size).
+func indexBlob(path string) (chunks.Index, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return chunks.Index{}, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return chunks.Index{}, err
+	}
+	idx, err := chunks.Build(f, st.Size(), ChunkSize)
+	if err != nil {
+		return chunks.Index{}, fmt.Errorf("indexing %s: %w", path, err)
+	}
+	return idx, nil
 }
 
 func writeFileSync(path string, b []byte) error {

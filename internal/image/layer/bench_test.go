@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // benchTree writes the benchmark tree: about 200 MiB of seeded random
@@ -19,11 +21,11 @@ func benchTree(b *testing.B, dir string) int64 {
 	const small = 120 << 20
 	for i := 0; total < small; i++ {
 		n := 60<<10 + r.IntN(4<<10)
-		mustWrite(b, filepath.Join(dir, fmt.Sprintf("d%02d/f%04d", i%40, i)), randBytes(uint64(i), n), 0o644)
+		mustWrite(b, filepath.Join(dir, fmt.Sprintf("d%02d/f%04d", i%40, i)), testenv.RandBytes(uint64(i), n), 0o644)
 		total += int64(n)
 	}
 	for i := range 4 {
-		mustWrite(b, filepath.Join(dir, fmt.Sprintf("large/l%d.bin", i)), randBytes(uint64(1000+i), 20<<20), 0o644)
+		mustWrite(b, filepath.Join(dir, fmt.Sprintf("large/l%d.bin", i)), testenv.RandBytes(uint64(1000+i), 20<<20), 0o644)
 		total += 20 << 20
 	}
 	return total

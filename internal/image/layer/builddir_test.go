@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 func nowPlus(s int) time.Time { return time.Now().Add(time.Duration(s) * time.Second) }
@@ -38,12 +39,12 @@ func makeTree(t testing.TB, dir string) {
 	}
 	w("empty", nil, 0o644, 0, 0)
 	w("small.txt", []byte("hello, layer\n"), 0o600, 1000, 1000)
-	w("mid.bin", randBytes(1, 3000), 0o644, 65534, 65534)
-	w("big.bin", randBytes(2, 1<<20+12345), 0o644, 100000, 100001)
-	w("five.bin", randBytes(3, 5<<20), 0o755, 0, 0)
-	w("five-copy.bin", randBytes(3, 5<<20), 0o644, 0, 0) // same chunks as five.bin
-	w("bin/su", randBytes(4, 700), 0o4755|os.ModeSetuid, 0, 0)
-	w("bin/newgrp", randBytes(5, 700), 0o2755|os.ModeSetgid, 0, 42)
+	w("mid.bin", testenv.RandBytes(1, 3000), 0o644, 65534, 65534)
+	w("big.bin", testenv.RandBytes(2, 1<<20+12345), 0o644, 100000, 100001)
+	w("five.bin", testenv.RandBytes(3, 5<<20), 0o755, 0, 0)
+	w("five-copy.bin", testenv.RandBytes(3, 5<<20), 0o644, 0, 0) // same chunks as five.bin
+	w("bin/su", testenv.RandBytes(4, 700), 0o4755|os.ModeSetuid, 0, 0)
+	w("bin/newgrp", testenv.RandBytes(5, 700), 0o2755|os.ModeSetgid, 0, 42)
 	w("a/b/c/deep.txt", []byte("deep\n"), 0o640, 7, 8)
 	if err := os.Chmod(filepath.Join(dir, "bin/su"), 0o755|os.ModeSetuid); err != nil {
 		t.Fatal(err)
@@ -218,7 +219,7 @@ func TestBuildDirRefusals(t *testing.T) {
 			}
 			out := filepath.Join(t.TempDir(), "out")
 			_, err := BuildDir(ctx, src, out, BuildOptions{})
-			wantErr(t, err, errdefs.Invalid, tc.code)
+			testenv.WantError(t, err, errdefs.Invalid, tc.code)
 			if n := dirNames(t, out); len(n) != 0 {
 				t.Errorf("failed build left %q", n)
 			}
@@ -228,19 +229,19 @@ func TestBuildDirRefusals(t *testing.T) {
 		out := t.TempDir()
 		mustWrite(t, filepath.Join(out, "junk"), nil, 0o644)
 		_, err := BuildDir(ctx, t.TempDir(), out, BuildOptions{})
-		wantErr(t, err, errdefs.Conflict, "layer_out_dir_not_empty")
+		testenv.WantError(t, err, errdefs.Conflict, "layer_out_dir_not_empty")
 	})
 	t.Run("out-inside-src", func(t *testing.T) {
 		src := t.TempDir()
 		_, err := BuildDir(ctx, src, filepath.Join(src, "new", "out"), BuildOptions{})
-		wantErr(t, err, errdefs.Invalid, "layer_out_dir")
+		testenv.WantError(t, err, errdefs.Invalid, "layer_out_dir")
 		if n := dirNames(t, src); len(n) != 0 {
 			t.Errorf("the source gained %q", n)
 		}
 	})
 	t.Run("missing-src", func(t *testing.T) {
 		_, err := BuildDir(ctx, filepath.Join(t.TempDir(), "nope"), t.TempDir(), BuildOptions{})
-		wantErr(t, err, errdefs.NotFound, "layer_source_not_found")
+		testenv.WantError(t, err, errdefs.NotFound, "layer_source_not_found")
 	})
 	t.Run("empty-src", func(t *testing.T) {
 		a, err := BuildDir(ctx, t.TempDir(), t.TempDir(), BuildOptions{})

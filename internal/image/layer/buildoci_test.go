@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // ociLayers are the three layers of the test image: layer 2 deletes a
@@ -39,17 +40,17 @@ func ociLayers() [][]tent {
 		file("wdir/b", 0o644, []byte("b\n")),
 		dir("usr/", 0o755),
 		dir("usr/bin/", 0o755),
-		file("usr/bin/tool", 0o4755, randBytes(21, 5000)).withXattrs(map[string]string{"security.capability": string(capV2())}),
+		file("usr/bin/tool", 0o4755, testenv.RandBytes(21, 5000)).withXattrs(map[string]string{"security.capability": string(capV2())}),
 		file("hl1", 0o644, []byte("linked\n")),
 		hlink("hl2", "hl1"),
-		file("big.bin", 0o644, randBytes(22, 2<<20)),
+		file("big.bin", 0o644, testenv.RandBytes(22, 2<<20)),
 	}, {
 		file("etc/.wh.deleted", 0o644, nil),
 		file("etc/new", 0o644, []byte("new in layer 2\n")),
 		file("etc/passwd", 0o644, []byte("root:x:0:0::/root:/bin/bash\n")),
 		file(".wh.wdir", 0o644, nil),
 		file("hl1", 0o644, []byte("replaced: the link breaks\n")),
-		file("big.bin", 0o644, randBytes(23, 2<<20+5)),
+		file("big.bin", 0o644, testenv.RandBytes(23, 2<<20+5)),
 		file("nothing/.wh.here", 0o644, nil), // hides nothing, creates nothing
 	}, {
 		dir("opq/", 0o750),
@@ -232,9 +233,9 @@ func TestBuildOCI(t *testing.T) {
 		}
 		diffTrees(t, expect(armLayers, true), snapshot(t, mountLayer(t, arm)))
 		_, err = BuildOCI(ctx, dir, t.TempDir(), BuildOptions{Platform: "linux/s390x"})
-		wantErr(t, err, errdefs.NotFound, "oci_platform_not_found")
+		testenv.WantError(t, err, errdefs.NotFound, "oci_platform_not_found")
 		_, err = BuildOCI(ctx, dir, t.TempDir(), BuildOptions{Platform: "linux"})
-		wantErr(t, err, errdefs.Invalid, "oci_platform")
+		testenv.WantError(t, err, errdefs.Invalid, "oci_platform")
 	})
 }
 
@@ -248,7 +249,7 @@ func TestBuildOCIRefusals(t *testing.T) {
 		}
 		out := filepath.Join(t.TempDir(), "out")
 		_, err := BuildOCI(ctx, dir, out, BuildOptions{})
-		wantErr(t, err, errdefs.Invalid, "tar_unsafe_path")
+		testenv.WantError(t, err, errdefs.Invalid, "tar_unsafe_path")
 		if n := dirNames(t, out); len(n) != 0 {
 			t.Errorf("failed build left %q", n)
 		}
@@ -260,7 +261,7 @@ func TestBuildOCIRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := BuildOCI(ctx, dir, t.TempDir(), BuildOptions{})
-		wantErr(t, err, errdefs.Invalid, "tar_malformed")
+		testenv.WantError(t, err, errdefs.Invalid, "tar_malformed")
 	})
 	t.Run("tampered-layer", func(t *testing.T) {
 		dir, amd := writeLayout(t)
@@ -278,12 +279,12 @@ func TestBuildOCIRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = BuildOCI(ctx, dir, t.TempDir(), BuildOptions{})
-		wantErr(t, err, errdefs.Invalid, "oci_diff_id_mismatch")
+		testenv.WantError(t, err, errdefs.Invalid, "oci_diff_id_mismatch")
 	})
 	t.Run("size-limit-spans-layers", func(t *testing.T) {
 		dir, _ := writeLayout(t)
 		_, err := BuildOCI(ctx, dir, t.TempDir(), BuildOptions{MaxBytes: 3 << 20})
-		wantErr(t, err, errdefs.TooLarge, "tar_too_large")
+		testenv.WantError(t, err, errdefs.TooLarge, "tar_too_large")
 	})
 	t.Run("not-an-image", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "x.tar")
@@ -291,10 +292,10 @@ func TestBuildOCIRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := BuildOCI(ctx, p, t.TempDir(), BuildOptions{})
-		wantErr(t, err, errdefs.Invalid, "oci_unknown_format")
+		testenv.WantError(t, err, errdefs.Invalid, "oci_unknown_format")
 		_, err = BuildOCI(ctx, t.TempDir(), t.TempDir(), BuildOptions{})
-		wantErr(t, err, errdefs.Invalid, "oci_unknown_format")
+		testenv.WantError(t, err, errdefs.Invalid, "oci_unknown_format")
 		_, err = BuildOCI(ctx, filepath.Join(t.TempDir(), "missing"), t.TempDir(), BuildOptions{})
-		wantErr(t, err, errdefs.NotFound, "oci_not_found")
+		testenv.WantError(t, err, errdefs.NotFound, "oci_not_found")
 	})
 }

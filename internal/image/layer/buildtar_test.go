@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // tent is one tar entry of a test archive.
@@ -198,15 +199,15 @@ func expect(layers [][]tent, whiteouts bool) map[string]snap {
 // roundTripEntries covers sizes, modes, owners, xattrs, links, implicit
 // directories and replaced entries.
 func roundTripEntries() []tent {
-	five := randBytes(11, 5<<20)
+	five := testenv.RandBytes(11, 5<<20)
 	return []tent{
 		dir("./", 0o755),
 		dir("etc/", 0o755),
 		file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n")),
 		dir("bin/", 0o755),
-		file("bin/su", 0o4755, randBytes(12, 900)),
-		file("bin/wall", 0o2755, randBytes(13, 800)).owned(0, 5),
-		file("bin/ping", 0o755, randBytes(14, 3000)).withXattrs(map[string]string{
+		file("bin/su", 0o4755, testenv.RandBytes(12, 900)),
+		file("bin/wall", 0o2755, testenv.RandBytes(13, 800)).owned(0, 5),
+		file("bin/ping", 0o755, testenv.RandBytes(14, 3000)).withXattrs(map[string]string{
 			"security.capability": string(capV2()),
 			"user.origin":         "test",
 			"trusted.x":           "y",
@@ -214,7 +215,7 @@ func roundTripEntries() []tent {
 		dir("tmp/", 0o1777),
 		file("five.bin", 0o644, five),
 		file("five-again.bin", 0o600, five), // stored once in the blob
-		file("mid.bin", 0o640, randBytes(15, 1<<20+7)).owned(100000, 100001),
+		file("mid.bin", 0o640, testenv.RandBytes(15, 1<<20+7)).owned(100000, 100001),
 		file("zero", 0o600, nil),
 		file("owned", 0o600, []byte("x")).owned(65534, 65534),
 		symlink("rel-link", "etc/passwd"),
@@ -224,7 +225,7 @@ func roundTripEntries() []tent {
 		hlink("bin/hard2", "etc/passwd"),
 		file("deep/a/b/c/file", 0o644, []byte("implicit parents\n")),
 		dir("emptydir/", 0o700).withXattrs(map[string]string{"user.dir": "x"}),
-		file("replaced", 0o644, randBytes(16, 10000)),
+		file("replaced", 0o644, testenv.RandBytes(16, 10000)),
 		file("replaced", 0o600, []byte("second version\n")),
 		file(".wh.kept", 0o644, []byte("not a whiteout in a plain tar")),
 	}
@@ -377,9 +378,9 @@ func TestBuildTarAttacks(t *testing.T) {
 		{"size-minus-1", append(tarHeaderBlock(t, "f", bytes.Repeat([]byte{0xff}, 12)), make([]byte, 1024)...), BuildOptions{}, errdefs.Invalid, "tar_malformed"},
 		{"huge-size-short-body", append(tarHeaderBlock(t, "f", []byte("77777777777\x00")), make([]byte, 4096)...), BuildOptions{}, errdefs.Invalid, "tar_truncated"},
 		{"huge-size-over-limit", append(tarHeaderBlock(t, "f", []byte("77777777777\x00")), make([]byte, 4096)...), BuildOptions{MaxBytes: 1 << 20}, errdefs.TooLarge, "tar_too_large"},
-		{"truncated", makeTar(t, file("f", 0o644, randBytes(1, 100000)))[:50000], BuildOptions{}, errdefs.Invalid, "tar_truncated"},
-		{"garbage", randBytes(7, 10000), BuildOptions{}, errdefs.Invalid, "tar_malformed"},
-		{"garbage-gzip", append([]byte{0x1f, 0x8b, 8, 0}, randBytes(8, 1000)...), BuildOptions{}, errdefs.Invalid, "tar_malformed"},
+		{"truncated", makeTar(t, file("f", 0o644, testenv.RandBytes(1, 100000)))[:50000], BuildOptions{}, errdefs.Invalid, "tar_truncated"},
+		{"garbage", testenv.RandBytes(7, 10000), BuildOptions{}, errdefs.Invalid, "tar_malformed"},
+		{"garbage-gzip", append([]byte{0x1f, 0x8b, 8, 0}, testenv.RandBytes(8, 1000)...), BuildOptions{}, errdefs.Invalid, "tar_malformed"},
 		{"gzip-bomb-file", gz(t, bombTar), BuildOptions{MaxBytes: 8 << 20}, errdefs.TooLarge, "tar_too_large"},
 		{"gzip-bomb-padding", gz(t, padBomb), BuildOptions{MaxBytes: 8 << 20}, errdefs.TooLarge, "tar_too_large"},
 		{"too-many-entries", makeTar(t, file("a", 0o644, nil), file("b", 0o644, nil), file("c", 0o644, nil)), BuildOptions{MaxEntries: 2}, errdefs.TooLarge, "tar_too_many_entries"},
@@ -394,7 +395,7 @@ func TestBuildTarAttacks(t *testing.T) {
 			cwd, _ := os.Getwd()
 			before := dirNames(t, cwd)
 			_, err := BuildTar(ctx, bytes.NewReader(tc.input), out, tc.opt)
-			wantErr(t, err, tc.class, tc.code)
+			testenv.WantError(t, err, tc.class, tc.code)
 			if n := dirNames(t, out); len(n) != 0 {
 				t.Errorf("failed build left %q in its output directory", n)
 			}
@@ -438,7 +439,7 @@ func TestBuildTarAccepts(t *testing.T) {
 			t.Fatalf("an archive of exactly MaxBytes: %v", err)
 		}
 		_, err := BuildTar(ctx, bytes.NewReader(raw), t.TempDir(), BuildOptions{MaxBytes: int64(len(raw)) - 1})
-		wantErr(t, err, errdefs.TooLarge, "tar_too_large")
+		testenv.WantError(t, err, errdefs.TooLarge, "tar_too_large")
 	})
 	t.Run("canceled", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 func TestParseSuperblock(t *testing.T) {
@@ -81,7 +82,7 @@ func FuzzTarReader(f *testing.F) {
 		// Small seeds: the fuzzer minimizes interesting inputs, which is
 		// slow for large ones.
 		makeTar(f, dir("etc/", 0o755), file("etc/passwd", 0o644, []byte("root:x:0:0\n")).owned(1, 2),
-			file("bin/su", 0o4755, randBytes(1, 5000)).withXattrs(map[string]string{"security.capability": string(capV2())}),
+			file("bin/su", 0o4755, testenv.RandBytes(1, 5000)).withXattrs(map[string]string{"security.capability": string(capV2())}),
 			hlink("bin/su2", "bin/su"), symlink("sh", "/bin/busybox"), file("etc/passwd", 0o600, []byte("again"))),
 		gz(f, makeTar(f, file("a", 0o644, []byte("x")), symlink("l", "/etc"), hlink("h", "a"))),
 		makeTar(f, symlink("l", ".."), file("l/x", 0o644, nil)),

@@ -2,12 +2,10 @@ package layer
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -174,26 +171,6 @@ func checkUnchanged(t testing.TB, a Artifact) {
 	if l.ID() != a.ID() {
 		t.Errorf("Load: ID %s, built %s", l.ID(), a.ID())
 	}
-}
-
-// wantErr checks err's class and code.
-func wantErr(t testing.TB, err error, class errdefs.Class, code string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("no error, want %s/%s", class, code)
-	}
-	if !errors.Is(err, class) || errdefs.CodeOf(err) != code {
-		t.Fatalf("error %q is %s/%s, want %s/%s", err, errdefs.ClassOf(err), errdefs.CodeOf(err), class, code)
-	}
-}
-
-// randBytes returns n seeded pseudo-random bytes.
-func randBytes(seed uint64, n int) []byte {
-	var key [32]byte
-	binary.LittleEndian.PutUint64(key[:], seed)
-	b := make([]byte, n)
-	rand.NewChaCha8(key).Read(b)
-	return b
 }
 
 // copyTree copies src to dst keeping modes, owners, xattrs, symlinks and

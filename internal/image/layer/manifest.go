@@ -18,6 +18,7 @@ const (
 	MetaFile     = layerspec.MetaFile
 	BlobFile     = layerspec.BlobFile
 	ManifestFile = layerspec.ManifestFile
+	ChunksFile   = layerspec.ChunksFile
 	MediaType    = layerspec.MediaType
 	ChunkSize    = layerspec.ChunkSize
 	SourceDir    = layerspec.SourceDir
@@ -33,6 +34,7 @@ type (
 	FileRef  = layerspec.FileRef
 	Source   = layerspec.Source
 	Builder  = layerspec.Builder
+	File     = layerspec.File
 )
 
 // Digest returns "sha256:<hex>" of b.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 )
 
 // Check is what Validate checked, for callers that log.
@@ -39,19 +40,22 @@ func CheckArtifact(ctx context.Context, a Artifact) (Check, error) {
 		return c, errdefs.Wrap(errdefs.Invalid, api.CodeLayerManifest, err, "layer manifest is invalid")
 	}
 	meta, blob := filepath.Join(a.Dir, MetaFile), filepath.Join(a.Dir, BlobFile)
-	for _, f := range []struct {
-		path string
-		want FileRef
-	}{{meta, a.Manifest.Meta}, {blob, a.Manifest.Blob}} {
-		got, err := hashFile(f.path)
+	for _, f := range a.Manifest.Files() {
+		if f.Name == BlobFile && a.Manifest.HasChunks() {
+			continue // checkChunks reads it once for both
+		}
+		got, err := hashFile(filepath.Join(a.Dir, f.Name))
 		if err != nil {
 			return c, fmt.Errorf("validating layer: %w", err)
 		}
-		if got != f.want {
+		if got != f.Ref {
 			return c, errdefs.New(errdefs.Invalid, api.CodeLayerDigestMismatch,
 				"%s is %s (%d bytes), the manifest says %s (%d bytes)",
-				filepath.Base(f.path), got.Digest, got.Size, f.want.Digest, f.want.Size)
+				f.Name, got.Digest, got.Size, f.Ref.Digest, f.Ref.Size)
 		}
+	}
+	if err := checkChunks(a); err != nil {
+		return c, err
 	}
 	if err := checkSuperblock(meta); err != nil {
 		return c, err
@@ -108,4 +112,33 @@ func lastBytes(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// checkChunks checks that the artifact's chunk index (if it has one)
+// is data.blob's: a node loading the blob on demand trusts it for every
+// chunk. (Its digest was checked with the other files.)
+func checkChunks(a Artifact) error {
+	if !a.Manifest.HasChunks() {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(a.Dir, ChunksFile))
+	if err != nil {
+		return fmt.Errorf("validating layer: %w", err)
+	}
+	got, err := chunks.Parse(b)
+	if err != nil {
+		return errdefs.Wrap(errdefs.Invalid, api.CodeLayerChunks, err, "%s is not a chunk index", ChunksFile)
+	}
+	want, err := indexBlob(filepath.Join(a.Dir, BlobFile))
+	if err != nil {
+		return fmt.Errorf("validating layer: %w", err)
+	}
+	if m := a.Manifest.Blob; want.Digest != m.Digest || want.Size != m.Size {
+		return errdefs.New(errdefs.Invalid, api.CodeLayerDigestMismatch,
+			"%s is %s (%d bytes), the manifest says %s (%d bytes)", BlobFile, want.Digest, want.Size, m.Digest, m.Size)
+	}
+	if !got.Equal(want) {
+		return errdefs.New(errdefs.Invalid, api.CodeLayerChunks, "%s does not index %s (%s)", ChunksFile, BlobFile, a.Manifest.Blob.Digest)
+	}
+	return nil
 }

@@ -10,12 +10,14 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 func buildSmallTar(t testing.TB) Artifact {
 	t.Helper()
 	a, err := BuildTar(context.Background(), bytes.NewReader(makeTar(t,
-		file("a", 0o644, randBytes(31, 100000)),
+		file("a", 0o644, testenv.RandBytes(31, 100000)),
 		dir("d/", 0o755),
 		file("d/b", 0o600, []byte("b\n")),
 	)), t.TempDir(), BuildOptions{})
@@ -44,9 +46,12 @@ func rewrite(t testing.TB, a *Artifact, name string, rehash bool, edit func([]by
 		if err != nil {
 			t.Fatal(err)
 		}
-		if name == MetaFile {
+		switch name {
+		case MetaFile:
 			a.Manifest.Meta = ref
-		} else {
+		case ChunksFile:
+			a.Manifest.Chunks = ref
+		default:
 			a.Manifest.Blob = ref
 		}
 	}
@@ -90,28 +95,67 @@ func TestValidate(t *testing.T) {
 	t.Run("tampered-blob", func(t *testing.T) {
 		a := buildSmallTar(t)
 		rewrite(t, &a, BlobFile, false, func(b []byte) []byte { b[1000] ^= 1; return b })
-		wantErr(t, Validate(ctx, a), errdefs.Invalid, "layer_digest_mismatch")
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_digest_mismatch")
 	})
 	t.Run("truncated-blob", func(t *testing.T) {
 		a := buildSmallTar(t)
 		rewrite(t, &a, BlobFile, false, func(b []byte) []byte { return b[:len(b)-blockSize] })
-		wantErr(t, Validate(ctx, a), errdefs.Invalid, "layer_digest_mismatch")
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_digest_mismatch")
+	})
+	// The chunk index is what a lazy node checks every chunk against: it
+	// must be the manifest's and index the blob.
+	t.Run("chunk-index-listed", func(t *testing.T) {
+		a := buildSmallTar(t)
+		if !a.Manifest.HasChunks() {
+			t.Fatalf("a built layer has no chunk index: %+v", a.Manifest)
+		}
+		b, err := os.ReadFile(filepath.Join(a.Dir, ChunksFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx, err := chunks.Parse(b)
+		if err != nil || idx.Digest != a.Manifest.Blob.Digest || idx.Size != a.Manifest.Blob.Size || len(idx.Chunks) == 0 {
+			t.Errorf("chunk index %+v (%v) of blob %+v", idx, err, a.Manifest.Blob)
+		}
+	})
+	t.Run("tampered-chunk-index", func(t *testing.T) {
+		a := buildSmallTar(t)
+		rewrite(t, &a, ChunksFile, false, func(b []byte) []byte { return append(b, ' ') })
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_digest_mismatch")
+	})
+	t.Run("chunk-index-of-other-data", func(t *testing.T) {
+		a := buildSmallTar(t)
+		rewrite(t, &a, ChunksFile, true, func(b []byte) []byte {
+			i := bytes.Index(b, []byte(`"chunks":["sha256:`)) + len(`"chunks":["sha256:`)
+			if b[i] == '0' { // another hex digit: a valid index of other data
+				b[i] = '1'
+			} else {
+				b[i] = '0'
+			}
+			return b
+		})
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_chunks")
+	})
+	t.Run("chunk-index-garbage", func(t *testing.T) {
+		a := buildSmallTar(t)
+		rewrite(t, &a, ChunksFile, true, func([]byte) []byte { return []byte("{}") })
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_chunks")
 	})
 	t.Run("tampered-meta", func(t *testing.T) {
 		a := buildSmallTar(t)
 		rewrite(t, &a, MetaFile, false, func(b []byte) []byte { b[len(b)-1] ^= 0x80; return b })
-		wantErr(t, Validate(ctx, a), errdefs.Invalid, "layer_digest_mismatch")
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_digest_mismatch")
 	})
 	t.Run("bad-magic", func(t *testing.T) {
 		a := buildSmallTar(t)
 		rewrite(t, &a, MetaFile, true, func(b []byte) []byte { b[erofsSuperOffset] ^= 1; return b })
-		wantErr(t, Validate(ctx, a), errdefs.Invalid, "layer_bad_superblock")
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_bad_superblock")
 	})
 	for _, n := range []uint16{0, 2} {
 		t.Run("go-erofs-devices-"+string(rune('0'+n)), func(t *testing.T) {
 			a := buildSmallTar(t)
 			rewrite(t, &a, MetaFile, true, setDevices(n))
-			wantErr(t, Validate(ctx, a), errdefs.Invalid, "layer_devices")
+			testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_devices")
 		})
 	}
 	t.Run("corrupt-inode", func(t *testing.T) {
@@ -130,7 +174,7 @@ func TestValidate(t *testing.T) {
 			}
 			return b
 		})
-		wantErr(t, Validate(ctx, a), errdefs.Invalid, "layer_fsck")
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_fsck")
 	})
 }
 
@@ -138,7 +182,7 @@ func TestValidateMkfs(t *testing.T) {
 	requireMkfs(t)
 	ctx := context.Background()
 	src := t.TempDir()
-	mustWrite(t, filepath.Join(src, "f"), randBytes(41, 3<<20), 0o644)
+	mustWrite(t, filepath.Join(src, "f"), testenv.RandBytes(41, 3<<20), 0o644)
 	for _, n := range []uint16{0, 2} {
 		t.Run("devices-"+string(rune('0'+n)), func(t *testing.T) {
 			a, err := BuildDir(ctx, src, t.TempDir(), BuildOptions{})
@@ -149,7 +193,7 @@ func TestValidateMkfs(t *testing.T) {
 			if _, err := ParseSuperblock(mustRead(t, filepath.Join(a.Dir, MetaFile))); err != nil {
 				t.Fatalf("patched superblock does not parse: %v", err)
 			}
-			wantErr(t, Validate(ctx, a), errdefs.Invalid, "layer_devices")
+			testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_devices")
 		})
 	}
 	t.Run("single-device-image", func(t *testing.T) {
@@ -163,7 +207,7 @@ func TestValidateMkfs(t *testing.T) {
 			t.Fatalf("mkfs.erofs: %v\n%s", err, out)
 		}
 		rewrite(t, &a, MetaFile, true, func([]byte) []byte { return mustRead(t, single) })
-		wantErr(t, Validate(ctx, a), errdefs.Invalid, "layer_devices")
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_devices")
 	})
 	t.Run("bad-checksum", func(t *testing.T) {
 		a, err := BuildDir(ctx, src, t.TempDir(), BuildOptions{})
@@ -171,20 +215,20 @@ func TestValidateMkfs(t *testing.T) {
 			t.Fatal(err)
 		}
 		rewrite(t, &a, MetaFile, true, func(b []byte) []byte { b[erofsSuperOffset+16] ^= 1; return b }) // inos
-		wantErr(t, Validate(ctx, a), errdefs.Invalid, "layer_bad_superblock")
+		testenv.WantError(t, Validate(ctx, a), errdefs.Invalid, "layer_bad_superblock")
 	})
 }
 
 func TestLoad(t *testing.T) {
 	_, err := Load(t.TempDir())
-	wantErr(t, err, errdefs.NotFound, "layer_not_found")
+	testenv.WantError(t, err, errdefs.NotFound, "layer_not_found")
 	d := t.TempDir()
 	mustWrite(t, filepath.Join(d, ManifestFile), []byte("{"), 0o644)
 	_, err = Load(d)
-	wantErr(t, err, errdefs.Invalid, "layer_manifest")
+	testenv.WantError(t, err, errdefs.Invalid, "layer_manifest")
 	mustWrite(t, filepath.Join(d, ManifestFile), []byte(`{"media_type":"x"}`), 0o644)
 	_, err = Load(d)
-	wantErr(t, err, errdefs.Invalid, "layer_manifest")
+	testenv.WantError(t, err, errdefs.Invalid, "layer_manifest")
 }
 
 func mustRead(t testing.TB, p string) []byte {

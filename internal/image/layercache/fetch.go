@@ -36,11 +36,8 @@ func (c *Cache) fetch(ctx context.Context, hex string, m layer.Manifest) (int64,
 	defer cu.Clean()
 	cu.Add(func() { _ = os.RemoveAll(tmp) }) // tmp is ours; New sweeps it after a crash
 	var total int64
-	for _, f := range []struct {
-		name string
-		ref  layer.FileRef
-	}{{layer.MetaFile, m.Meta}, {layer.BlobFile, m.Blob}} {
-		n, err := c.fetchFile(ctx, hex, f.ref, filepath.Join(tmp, f.name))
+	for _, f := range fetchFiles(m, c.lazy != nil) {
+		n, err := c.fetchFile(ctx, hex, f.Ref, filepath.Join(tmp, f.Name))
 		if err != nil {
 			return 0, err
 		}
@@ -149,18 +146,15 @@ func corrupt(hex, format string, args ...any) error {
 
 // verifyFiles hashes a cached layer's files against its manifest.
 func verifyFiles(ctx context.Context, dir, hex string, m layer.Manifest) error {
-	for _, f := range []struct {
-		name string
-		ref  layer.FileRef
-	}{{layer.MetaFile, m.Meta}, {layer.BlobFile, m.Blob}} {
-		n, sum, err := hashFile(ctx, filepath.Join(dir, f.name))
+	for _, f := range cachedFiles(dir, m) {
+		n, sum, err := hashFile(ctx, filepath.Join(dir, f.Name))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return corrupt(hex, "reading %s: %v", f.name, err)
+			return corrupt(hex, "reading %s: %v", f.Name, err)
 		}
-		if err := checkRef(hex, f.ref, n, sum); err != nil {
+		if err := checkRef(hex, f.Ref, n, sum); err != nil {
 			return err
 		}
 	}
@@ -204,16 +198,13 @@ func checkCached(dir, hex string) (int64, time.Time, error) {
 		return 0, time.Time{}, fmt.Errorf("%s has ID %s", layer.ManifestFile, m.ID())
 	}
 	total := int64(len(js))
-	for _, f := range []struct {
-		name string
-		ref  layer.FileRef
-	}{{layer.MetaFile, m.Meta}, {layer.BlobFile, m.Blob}} {
-		fi, err := os.Stat(filepath.Join(dir, f.name))
+	for _, f := range cachedFiles(dir, m) {
+		fi, err := os.Stat(filepath.Join(dir, f.Name))
 		if err != nil {
 			return 0, time.Time{}, err
 		}
-		if fi.Size() != f.ref.Size {
-			return 0, time.Time{}, fmt.Errorf("%s is %d bytes, want %d", f.name, fi.Size(), f.ref.Size)
+		if fi.Size() != f.Ref.Size {
+			return 0, time.Time{}, fmt.Errorf("%s is %d bytes, want %d", f.Name, fi.Size(), f.Ref.Size)
 		}
 		total += fi.Size()
 	}

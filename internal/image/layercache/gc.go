@@ -92,6 +92,8 @@ func (c *Cache) recover(ctx context.Context) error {
 		c.bytes += size
 	}
 
+	c.dropDeadLazyMounts()
+
 	// Mount points left empty between mkdir and mount, or unmount and
 	// rmdir (a cached layer keeps its mount point: see GC). os.Remove only
 	// removes empty directories.
@@ -272,6 +274,7 @@ func (c *Cache) evict() error {
 
 	var errs []error
 	for _, e := range victims {
+		c.forgetLazy(context.Background(), e.hex)
 		err := c.removeDir(c.filesDir(e.hex))
 		if err == nil {
 			if rerr := os.Remove(c.mntDir(e.hex)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {

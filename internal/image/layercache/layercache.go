@@ -99,6 +99,12 @@ type Options struct {
 	Budget int64
 	// IDMap, if set, id-maps sandbox roots (see IDMap).
 	IDMap *IDMap
+	// Lazy, if set, serves data blobs on demand: a layer with a chunk
+	// index is then cached as its metadata and index only, and mounted
+	// over the blob file Lazy serves, which fetches the chunks its
+	// sandboxes read (see lazy.go). Layers without an index are fetched
+	// whole either way.
+	Lazy LazyBlobs
 	// Logger receives the cache's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -129,6 +135,7 @@ type Cache struct {
 	paths  pather // nil unless the store is on this host
 	budget int64
 	idmap  *IDMap
+	lazy   LazyBlobs // nil: every layer is fetched whole
 	log    *slog.Logger
 
 	trim chan struct{} // pokes the evictor (buffered, 1)
@@ -220,6 +227,7 @@ func New(ctx context.Context, opt Options) (*Cache, error) {
 		store:  opt.Store,
 		budget: opt.Budget,
 		idmap:  opt.IDMap,
+		lazy:   opt.Lazy,
 		log:    opt.Logger,
 		trim:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),

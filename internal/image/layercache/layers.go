@@ -195,7 +195,15 @@ func (c *Cache) acquireLayer(ctx context.Context, l Layer, hex string) (*layerEn
 func (c *Cache) prepareLayer(ctx context.Context, e *layerEntry, l Layer, cached, verified bool) error {
 	hex := e.hex
 	if e.mounted { // only its id-mapped clone is missing (e.g. adopted)
-		return c.mountLayer(e)
+		return c.mountLayer(ctx, e)
+	}
+	if cached && c.lazy == nil && lazyCached(c.filesDir(hex)) {
+		// Cached lazily by a run with on-demand loading on: without it,
+		// the layer is fetched whole.
+		if err := c.dropFiles(e); err != nil {
+			return err
+		}
+		cached = false
 	}
 	if cached && !verified {
 		if err := verifyFiles(ctx, c.filesDir(hex), hex, l.Manifest); err != nil {
@@ -230,13 +238,13 @@ func (c *Cache) prepareLayer(ctx context.Context, e *layerEntry, l Layer, cached
 	} else {
 		c.hits.Add(1)
 	}
-	return c.mountLayer(e)
+	return c.mountLayer(ctx, e)
 }
 
 // mountLayer mounts files/<hex> at mnt/<hex> unless it is mounted, and,
 // with an IDMap, its id-mapped clone at idmap/<hex>, leaving nothing
 // behind if it fails. The caller holds e.busy.
-func (c *Cache) mountLayer(e *layerEntry) error {
+func (c *Cache) mountLayer(ctx context.Context, e *layerEntry) error {
 	hex := e.hex
 	target := c.mntDir(hex)
 	var cu cleanup.Stack
@@ -247,8 +255,11 @@ func (c *Cache) mountLayer(e *layerEntry) error {
 		} else if !errors.Is(err, os.ErrExist) {
 			return c.diskErr(err, "mounting layer %s", hex)
 		}
-		files := c.filesDir(hex)
-		if err := sys.MountErofs(filepath.Join(files, layer.MetaFile), filepath.Join(files, layer.BlobFile), target); err != nil {
+		blob, err := c.blobPath(ctx, hex)
+		if err != nil {
+			return err
+		}
+		if err := sys.MountErofs(filepath.Join(c.filesDir(hex), layer.MetaFile), blob, target); err != nil {
 			return errdefs.Wrap(errdefs.Internal, api.CodeLayerMountFailed, err, "mounting layer sha256:%s", hex)
 		}
 		cu.Add(func() { _ = sys.Unmount(target) })
@@ -284,6 +295,7 @@ func (c *Cache) rootLowers(hexes []string) []string {
 // dropFiles removes a layer's cached files (the caller holds e.busy and
 // the layer is not mounted).
 func (c *Cache) dropFiles(e *layerEntry) error {
+	c.forgetLazy(context.Background(), e.hex)
 	if err := c.removeDir(c.filesDir(e.hex)); err != nil {
 		return err
 	}

@@ -17,6 +17,10 @@ const (
 	MetaFile     = "meta.erofs"
 	BlobFile     = "data.blob"
 	ManifestFile = "layer.json"
+	// ChunksFile is data.blob's chunk index (the digest of every
+	// ChunkSize bytes), by which a node loading the blob on demand checks
+	// each chunk it fetches.
+	ChunksFile = "chunks.json"
 )
 
 // MediaType identifies layer manifests.
@@ -48,6 +52,12 @@ type Manifest struct {
 	Blob FileRef `json:"blob"`
 	// ChunkSize is the chunk size of data.blob.
 	ChunkSize int `json:"chunk_size"`
+	// Chunks is data.blob's chunk index (ChunksFile). The layer's ID
+	// covers it, and it covers every chunk, so a chunk fetched alone is
+	// checked against the ID. Layers built before it existed have none
+	// (the zero FileRef, left out of the JSON, so their IDs stay): their
+	// blob is fetched whole.
+	Chunks FileRef `json:"chunks,omitzero"`
 	// Source says what the layer was built from and that input's digest
 	// (a canonical tree hash for directories, the archive's or image's
 	// digest otherwise).
@@ -61,6 +71,26 @@ type FileRef struct {
 	Digest string `json:"digest"` // "sha256:<hex>"
 	Size   int64  `json:"size"`
 }
+
+// File is one content file of a layer artifact: its name in the
+// artifact's directory and what it holds.
+type File struct {
+	Name string
+	Ref  FileRef
+}
+
+// Files lists the artifact's content files (all but ManifestFile):
+// MetaFile, BlobFile and, if the manifest has one, ChunksFile.
+func (m Manifest) Files() []File {
+	fs := []File{{MetaFile, m.Meta}, {BlobFile, m.Blob}}
+	if m.HasChunks() {
+		fs = append(fs, File{ChunksFile, m.Chunks})
+	}
+	return fs
+}
+
+// HasChunks reports whether the layer has a chunk index (ChunksFile).
+func (m Manifest) HasChunks() bool { return m.Chunks != FileRef{} }
 
 // Source describes a layer's input.
 type Source struct {
@@ -121,6 +151,8 @@ func (m Manifest) Validate() error {
 		return fmt.Errorf("layer manifest: bad blob reference %+v", m.Blob)
 	case m.ChunkSize != ChunkSize:
 		return fmt.Errorf("layer manifest: chunk size %d, want %d", m.ChunkSize, ChunkSize)
+	case m.HasChunks() && (!ValidDigest(m.Chunks.Digest) || m.Chunks.Size <= 0):
+		return fmt.Errorf("layer manifest: bad chunk index reference %+v", m.Chunks)
 	case m.Source.Kind == "" || !ValidDigest(m.Source.Digest):
 		return fmt.Errorf("layer manifest: bad source %+v", m.Source)
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 const benchFileSize = 64 << 20
@@ -21,7 +22,7 @@ const benchFileSize = 64 << 20
 func benchLayer(b *testing.B, root string) (l testLayer, eager string) {
 	b.Helper()
 	src := mkdir(b, root, "src")
-	if err := os.WriteFile(filepath.Join(src, "big"), randBytes(64, benchFileSize), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(src, "big"), testenv.RandBytes(64, benchFileSize), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	l = buildLayer(b, root, src)

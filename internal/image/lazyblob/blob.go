@@ -11,13 +11,14 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 )
 
 // blob serves one blob's chunks: from its cache, or fetched from its
 // source once per chunk however many readers want it. It is safe for
 // concurrent use.
 type blob struct {
-	idx     Index
+	idx     chunks.Index
 	src     Source
 	cache   *chunkCache
 	stats   *counters
@@ -41,7 +42,7 @@ type flight struct {
 	err      error
 }
 
-func newBlob(idx Index, src Source, cache *chunkCache, stats *counters, log *slog.Logger, timeout time.Duration) *blob {
+func newBlob(idx chunks.Index, src Source, cache *chunkCache, stats *counters, log *slog.Logger, timeout time.Duration) *blob {
 	return &blob{idx: idx, src: src, cache: cache, stats: stats, timeout: timeout, flights: map[int]*flight{},
 		log: log.With("blob", idx.Digest)}
 }
@@ -74,7 +75,7 @@ func (b *blob) read(ctx context.Context, buf []byte, off, n int64) ([]byte, erro
 		return buf, nil
 	}
 	for i := first; i <= last; i++ {
-		coff, cn := b.idx.chunkRange(i)
+		coff, cn := b.idx.Range(i)
 		lo, hi := max(coff, off), min(coff+cn, off+n)
 		dst := buf[lo-off : hi-off]
 		if data, ok := mem[i]; ok {
@@ -167,7 +168,7 @@ func (b *blob) load(ctx context.Context, i int) (fetched bool, data []byte, err 
 
 // fetch reads chunk i from the source and checks its digest.
 func (b *blob) fetch(ctx context.Context, i int) ([]byte, error) {
-	off, n := b.idx.chunkRange(i)
+	off, n := b.idx.Range(i)
 	data := make([]byte, n)
 	rc, err := b.src.ReadRange(ctx, b.idx.Digest, off, n)
 	if err == nil {
@@ -184,7 +185,7 @@ func (b *blob) fetch(ctx context.Context, i int) ([]byte, error) {
 		b.log.Warn("fetching a chunk", "chunk", i, "err", err)
 		return nil, err
 	}
-	if got := digestOf(data); got != b.idx.Chunks[i] {
+	if got := chunks.Digest(data); got != b.idx.Chunks[i] {
 		b.stats.failures.Add(1)
 		b.stats.corrupt.Add(1)
 		b.log.Warn("a fetched chunk does not match its digest", "chunk", i, "digest", got, "want", b.idx.Chunks[i])

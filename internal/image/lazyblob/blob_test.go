@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
@@ -20,7 +21,7 @@ const testChunk = 4096
 
 // openBlob serves idx from src with a cache in dir; the test's cleanup
 // closes it.
-func openBlob(t testing.TB, dir string, idx Index, src Source, timeout time.Duration) (*blob, *counters, *logBuffer) {
+func openBlob(t testing.TB, dir string, idx chunks.Index, src Source, timeout time.Duration) (*blob, *counters, *logBuffer) {
 	t.Helper()
 	cache, err := openCache(dir, idx)
 	if err != nil {
@@ -43,7 +44,7 @@ func readBlob(ctx context.Context, b *blob, off, n int64) ([]byte, error) {
 }
 
 func TestBlobReads(t *testing.T) {
-	data := randBytes(10, 5*testChunk+100)
+	data := testenv.RandBytes(10, 5*testChunk+100)
 	st, idx := storeBlob(t, data, testChunk)
 	src := countReads(st)
 	b, stats, _ := openBlob(t, t.TempDir(), idx, src, 10*time.Second)
@@ -71,7 +72,7 @@ func TestBlobReads(t *testing.T) {
 
 // TestBlobOneFetchPerChunk: readers of one chunk at once share its fetch.
 func TestBlobOneFetchPerChunk(t *testing.T) {
-	data := randBytes(11, 2*testChunk)
+	data := testenv.RandBytes(11, 2*testChunk)
 	st, idx := storeBlob(t, data, testChunk)
 	gate := &gatedSource{src: countReads(st), open: make(chan struct{}), entered: make(chan struct{}, 8)}
 	b, stats, _ := openBlob(t, t.TempDir(), idx, gate, 10*time.Second)
@@ -128,14 +129,14 @@ func (g *gatedSource) ReadRange(ctx context.Context, digest string, off, n int64
 }
 
 func TestBlobCorruptChunk(t *testing.T) {
-	data := randBytes(12, 3*testChunk)
+	data := testenv.RandBytes(12, 3*testChunk)
 	st, idx := storeBlob(t, data, testChunk)
 	corruptStored(t, st, idx.Digest, testChunk+10, 1)
 	b, stats, lb := openBlob(t, t.TempDir(), idx, st, 10*time.Second)
 	ctx := context.Background()
 	for range 2 { // not cached: the second read fetches it again
 		_, err := readBlob(ctx, b, testChunk, 100)
-		wantErr(t, err, errdefs.Internal, api.CodeChunkCorrupt)
+		testenv.WantError(t, err, errdefs.Internal, api.CodeChunkCorrupt)
 	}
 	if s := stats.snapshot(); s.ChunksCorrupt != 2 || s.FetchFailures != 2 || s.ChunksFetched != 0 {
 		t.Errorf("stats %+v, want 2 corrupt fetches", s)
@@ -155,13 +156,13 @@ func TestBlobCorruptChunk(t *testing.T) {
 	}
 	// A read spanning a good and the bad chunk fails whole.
 	_, err := readBlob(ctx, b, testChunk-10, 20)
-	wantErr(t, err, errdefs.Internal, api.CodeChunkCorrupt)
+	testenv.WantError(t, err, errdefs.Internal, api.CodeChunkCorrupt)
 }
 
 // TestBlobFetchTimeout: a fetch that outlives its deadline fails the read
 // by the deadline, whether the source honours cancellation or not.
 func TestBlobFetchTimeout(t *testing.T) {
-	data := randBytes(13, testChunk)
+	data := testenv.RandBytes(13, testChunk)
 	_, idx := storeBlob(t, data, testChunk)
 	const timeout = 300 * time.Millisecond
 	deaf := deafSource{release: make(chan struct{})}
@@ -181,7 +182,7 @@ func TestBlobFetchTimeout(t *testing.T) {
 			})
 			start := time.Now()
 			_, err := readBlob(context.Background(), b, 0, 10)
-			wantErr(t, err, errdefs.DeadlineExceeded, api.CodeChunkFetchTimeout)
+			testenv.WantError(t, err, errdefs.DeadlineExceeded, api.CodeChunkFetchTimeout)
 			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("the read failed after %v, want about %v", d, timeout)
 			}
@@ -195,7 +196,7 @@ func TestBlobFetchTimeout(t *testing.T) {
 }
 
 func TestBlobContextEnds(t *testing.T) {
-	_, idx := storeBlob(t, randBytes(14, testChunk), testChunk)
+	_, idx := storeBlob(t, testenv.RandBytes(14, testChunk), testChunk)
 	// The fetch goes on for the other readers it may have; the blob's
 	// close waits for it to time out.
 	b, _, _ := openBlob(t, t.TempDir(), idx, stallSource{calls: make(chan struct{}, 1)}, time.Second)
@@ -210,7 +211,7 @@ func TestBlobContextEnds(t *testing.T) {
 // checks it first, and fetches again what was written but not marked or
 // no longer matches.
 func TestCacheReuse(t *testing.T) {
-	data := randBytes(15, 4*testChunk)
+	data := testenv.RandBytes(15, 4*testChunk)
 	st, idx := storeBlob(t, data, testChunk)
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -230,7 +231,7 @@ func TestCacheReuse(t *testing.T) {
 	}
 	// A crash after chunk 3 was written but before it was marked; and
 	// chunk 1 damaged on disk.
-	f, err := os.OpenFile(filepath.Join(dir, idx.hexDigest()+".data"), os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(dir, idx.Hex()+".data"), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +270,7 @@ func TestCacheReuse(t *testing.T) {
 // TestCacheStartsAfresh: a bitmap that is not the index's, or missing,
 // empties the cache.
 func TestCacheStartsAfresh(t *testing.T) {
-	data := randBytes(16, 2*8192)
+	data := testenv.RandBytes(16, 2*8192)
 	st, idx := storeBlob(t, data, testChunk)
 	dir := t.TempDir()
 	cache, err := openCache(dir, idx)
@@ -285,10 +286,10 @@ func TestCacheStartsAfresh(t *testing.T) {
 	}
 	other := idx
 	other.ChunkSize = 8192
-	other.Chunks = []string{digestOf(data[:8192]), digestOf(data[8192:])}
+	other.Chunks = []string{chunks.Digest(data[:8192]), chunks.Digest(data[8192:])}
 	for _, tc := range []struct {
 		name   string
-		idx    Index
+		idx    chunks.Index
 		remove string
 	}{
 		{"another chunk size", other, ""},
@@ -307,7 +308,7 @@ func TestCacheStartsAfresh(t *testing.T) {
 					t.Fatal(err)
 				}
 				b.close()
-				if err := os.Remove(filepath.Join(dir, idx.hexDigest()+tc.remove)); err != nil {
+				if err := os.Remove(filepath.Join(dir, idx.Hex()+tc.remove)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -321,7 +322,7 @@ func TestCacheStartsAfresh(t *testing.T) {
 					t.Errorf("chunk %d is %d after a fresh start", i, c.chunk(i))
 				}
 			}
-			fi, err := os.Stat(filepath.Join(dir, idx.hexDigest()+".data"))
+			fi, err := os.Stat(filepath.Join(dir, idx.Hex()+".data"))
 			if err != nil || fi.Size() != int64(len(data)) {
 				t.Errorf("data file: %v, %v", fi, err)
 			}
@@ -342,7 +343,7 @@ func TestOptions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.opt.withDefaults()
-			wantErr(t, err, errdefs.Invalid, api.CodeInvalidOptions)
+			testenv.WantError(t, err, errdefs.Invalid, api.CodeInvalidOptions)
 		})
 	}
 	o, err := Options{Dir: "/d", CacheDir: "/dc"}.withDefaults()

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 )
 
 // chunkState is what a cache knows of one chunk.
@@ -32,7 +34,7 @@ const (
 // chunks are written by at most one caller each at a time (the blob's
 // fetch of it).
 type chunkCache struct {
-	idx   Index
+	idx   chunks.Index
 	data  *os.File
 	marks *os.File
 
@@ -45,12 +47,12 @@ type chunkCache struct {
 // openCache opens (or creates) the cache files of idx's blob in dir. Its
 // chunks marked in the bitmap start as chunkMarked; a bitmap that is
 // missing or is not this index's starts the cache afresh.
-func openCache(dir string, idx Index) (*chunkCache, error) {
-	n := chunkCount(idx.Size, idx.ChunkSize)
+func openCache(dir string, idx chunks.Index) (*chunkCache, error) {
+	n := chunks.Count(idx.Size, idx.ChunkSize)
 	if n > math.MaxUint32 {
 		return nil, fmt.Errorf("caching blob %s: %d chunks are too many", idx.Digest, n)
 	}
-	base := filepath.Join(dir, idx.hexDigest())
+	base := filepath.Join(dir, idx.Hex())
 	data, err := os.OpenFile(base+".data", os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening chunk cache: %w", err)
@@ -82,9 +84,9 @@ func openCache(dir string, idx Index) (*chunkCache, error) {
 }
 
 // readBitmap returns the bitmap in path if it is idx's.
-func readBitmap(path string, idx Index) ([]byte, bool) {
+func readBitmap(path string, idx chunks.Index) ([]byte, bool) {
 	b, err := os.ReadFile(path)
-	n := chunkCount(idx.Size, idx.ChunkSize)
+	n := chunks.Count(idx.Size, idx.ChunkSize)
 	if err != nil || len(b) != bitmapHeader+(n+7)/8 || !bytes.Equal(b[:8], []byte(bitmapMagic)) ||
 		binary.LittleEndian.Uint64(b[8:]) != uint64(idx.Size) ||
 		binary.LittleEndian.Uint32(b[16:]) != uint32(idx.ChunkSize) ||
@@ -158,7 +160,7 @@ func (c *chunkCache) chunk(i int) chunkState {
 // cached reports that the chunk is in the data file and readable there,
 // even if marking it failed (err then says so: the mark is only lost).
 func (c *chunkCache) store(i int, b []byte) (cached bool, err error) {
-	off, _ := c.idx.chunkRange(i)
+	off, _ := c.idx.Range(i)
 	if _, err := c.data.WriteAt(b, off); err != nil {
 		return false, fmt.Errorf("caching chunk %d: %w", i, err)
 	}
@@ -177,12 +179,12 @@ func (c *chunkCache) store(i int, b []byte) (cached bool, err error) {
 // verify checks chunk i, marked by an earlier run, against its digest:
 // it is then verified, or else unmarked (and false returned).
 func (c *chunkCache) verify(i int) (bool, error) {
-	off, n := c.idx.chunkRange(i)
+	off, n := c.idx.Range(i)
 	b := make([]byte, n)
 	if _, err := c.data.ReadAt(b, off); err != nil {
 		return false, errors.Join(fmt.Errorf("checking cached chunk %d: %w", i, err), c.unmark(i))
 	}
-	if digestOf(b) != c.idx.Chunks[i] {
+	if chunks.Digest(b) != c.idx.Chunks[i] {
 		return false, c.unmark(i)
 	}
 	c.mu.Lock()

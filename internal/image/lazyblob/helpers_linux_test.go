@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/image/blobstore"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/testenv"
@@ -79,15 +80,15 @@ func makeTree(t testing.TB, dir string) {
 	write("empty", nil, 0o600)
 	write("a/empty-too", nil, 0o644)
 	for i := range 120 {
-		size := int(randBytes(uint64(i), 2)[0])*97 + int(randBytes(uint64(i), 2)[1])%7
+		size := int(testenv.RandBytes(uint64(i), 2)[0])*97 + int(testenv.RandBytes(uint64(i), 2)[1])%7
 		mode := []os.FileMode{0o644, 0o600, 0o755, 0o640, 0o444}[i%5]
-		write(fmt.Sprintf("%s/f%03d", []string{"a", "a/b", "a/b/c", "d"}[i%4], i), randBytes(uint64(100+i), size), mode)
+		write(fmt.Sprintf("%s/f%03d", []string{"a", "a/b", "a/b/c", "d"}[i%4], i), testenv.RandBytes(uint64(100+i), size), mode)
 	}
-	write("big/one-chunk", randBytes(1, 1<<20), 0o644)
-	write("big/one-and-a-half", randBytes(2, 3<<19), 0o644)
-	write("big/two-and-a-bit", randBytes(3, 2<<20+123), 0o755)
-	write("big/three-and-a-bit", randBytes(4, 3<<20+7), 0o644)
-	write("big/copy-of-two", randBytes(3, 2<<20+123), 0o644)
+	write("big/one-chunk", testenv.RandBytes(1, 1<<20), 0o644)
+	write("big/one-and-a-half", testenv.RandBytes(2, 3<<19), 0o644)
+	write("big/two-and-a-bit", testenv.RandBytes(3, 2<<20+123), 0o755)
+	write("big/three-and-a-bit", testenv.RandBytes(4, 3<<20+7), 0o644)
+	write("big/copy-of-two", testenv.RandBytes(3, 2<<20+123), 0o644)
 	if err := os.Mkdir(filepath.Join(dir, "empty-dir"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func makeTree(t testing.TB, dir string) {
 type testLayer struct {
 	meta, blob string // the artifact's files
 	store      *blobstore.Local
-	idx        Index
+	idx        chunks.Index
 }
 
 // buildLayer builds a layer from src and stores its blob.

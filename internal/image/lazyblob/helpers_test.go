@@ -3,49 +3,27 @@ package lazyblob
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image/blobstore"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 )
-
-// randBytes returns n seeded pseudo-random bytes.
-func randBytes(seed uint64, n int) []byte {
-	var key [32]byte
-	binary.LittleEndian.PutUint64(key[:], seed)
-	b := make([]byte, n)
-	rand.NewChaCha8(key).Read(b)
-	return b
-}
-
-// wantErr checks err's class and code.
-func wantErr(t testing.TB, err error, class errdefs.Class, code string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("no error, want %s/%s", class, code)
-	}
-	if !errors.Is(err, class) || errdefs.CodeOf(err) != code {
-		t.Fatalf("error %q is %s/%s, want %s/%s", err, errdefs.ClassOf(err), errdefs.CodeOf(err), class, code)
-	}
-}
 
 // storeBlob puts data into a new local blob store and returns the store
 // and the blob's index (chunks of chunkSize; 0 means the default).
-func storeBlob(t testing.TB, data []byte, chunkSize int) (*blobstore.Local, Index) {
+func storeBlob(t testing.TB, data []byte, chunkSize int) (*blobstore.Local, chunks.Index) {
 	t.Helper()
 	st, err := blobstore.NewLocal(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := BuildIndex(bytes.NewReader(data), int64(len(data)), chunkSize)
+	idx, err := chunks.Build(bytes.NewReader(data), int64(len(data)), chunkSize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +34,7 @@ func storeBlob(t testing.TB, data []byte, chunkSize int) (*blobstore.Local, Inde
 }
 
 // storeFile puts the file at path into st and returns its index.
-func storeFile(t testing.TB, st *blobstore.Local, path string) Index {
+func storeFile(t testing.TB, st *blobstore.Local, path string) chunks.Index {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -67,7 +45,7 @@ func storeFile(t testing.TB, st *blobstore.Local, path string) Index {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := BuildIndex(f, fi.Size(), 0)
+	idx, err := chunks.Build(f, fi.Size(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

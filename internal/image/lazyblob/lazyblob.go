@@ -1,7 +1,7 @@
 // Package lazyblob serves a layer's data blob (data.blob, the EROFS extra
 // device) on demand: as a read-only file on a node-local FUSE mount whose
 // reads fetch the fixed-size chunks they touch from the blob store on
-// first use, check each chunk's SHA-256 against the blob's chunk Index,
+// first use, check each chunk's SHA-256 against the blob's chunk chunks.Index,
 // keep it in a chunk cache on the node's disk and serve it from there
 // afterwards. An EROFS mount then names that file as its device
 // (sys.MountErofs(meta, path, target)); the metadata image stays a local
@@ -61,7 +61,7 @@
 // the blob's fetches in flight and its closed flag. chunkCache.mu guards
 // the chunks' states, the bitmap and the writes of the bitmap file. The
 // order is Server.mu, then blob.mu, then chunkCache.mu; no lock is held
-// while a chunk is fetched, hashed or written. Index values are not
+// while a chunk is fetched, hashed or written. chunks.Index values are not
 // changed once built or parsed.
 //
 // # Lifetime
@@ -86,6 +86,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/layerspec"
 )
 
 // DefaultFetchTimeout bounds one chunk's fetch when Options.FetchTimeout
@@ -172,4 +173,12 @@ func (c *counters) snapshot() Stats {
 		FetchFailures: c.failures.Load(),
 		ChunksCorrupt: c.corrupt.Load(),
 	}
+}
+
+// hexOf returns the hex part of a "sha256:<hex>" digest.
+func hexOf(digest string) (string, bool) {
+	if !layerspec.ValidDigest(digest) {
+		return "", false
+	}
+	return digest[len("sha256:"):], true
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -176,14 +177,14 @@ func prepareMountPoint(dir string, log *slog.Logger) error {
 // used). Errors: class Invalid, code "invalid_chunk_index", for a bad
 // index; Conflict, "lazy_blob_exists", if the blob is served with
 // another index; Unavailable, "lazy_blobs_closed", after Close.
-func (s *Server) Add(ctx context.Context, idx Index, src Source) (string, error) {
+func (s *Server) Add(ctx context.Context, idx chunks.Index, src Source) (string, error) {
 	if err := idx.Validate(); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	name := idx.hexDigest()
+	name := idx.Hex()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -321,7 +322,7 @@ func (s *Server) released(e *entry) {
 	if e.opens > 0 {
 		e.opens--
 	}
-	drop := s.dropLocked(e.b.idx.hexDigest(), e)
+	drop := s.dropLocked(e.b.idx.Hex(), e)
 	s.mu.Unlock()
 	if drop {
 		if err := e.b.close(); err != nil {

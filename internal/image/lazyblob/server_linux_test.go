@@ -18,6 +18,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/testenv"
 )
@@ -93,7 +94,7 @@ func TestLazyLayer(t *testing.T) {
 		t.Errorf("fetched %d bytes of a %d-byte blob", st.BytesFetched, l.idx.Size)
 	}
 	// Mapped (as a program's text is), a file reads the same.
-	checkMapped(t, filepath.Join(lazy, "big/one-and-a-half"), randBytes(2, 3<<19))
+	checkMapped(t, filepath.Join(lazy, "big/one-and-a-half"), testenv.RandBytes(2, 3<<19))
 }
 
 // checkMapped maps the file at p and compares its bytes with want.
@@ -124,7 +125,7 @@ func TestCorruptChunk(t *testing.T) {
 	makeTree(t, src)
 	l := buildLayer(t, root, src)
 	const bad = 2
-	off, n := l.idx.chunkRange(bad)
+	off, n := l.idx.Range(bad)
 	corruptStored(t, l.store, l.idx.Digest, off+n/2, 4096)
 
 	eager := mkdir(t, root, "eager")
@@ -282,9 +283,9 @@ func TestRemove(t *testing.T) {
 		t.Errorf("adding the blob again: %s, %v; want %s", again, err, p)
 	}
 	other := l.idx
-	other.ChunkSize, other.Chunks = 1<<19, append(slices.Clone(l.idx.Chunks), l.idx.Chunks...)[:chunkCount(l.idx.Size, 1<<19)]
+	other.ChunkSize, other.Chunks = 1<<19, append(slices.Clone(l.idx.Chunks), l.idx.Chunks...)[:chunks.Count(l.idx.Size, 1<<19)]
 	_, err = s.Add(ctx, other, l.store)
-	wantErr(t, err, errdefs.Conflict, api.CodeLazyBlobExists)
+	testenv.WantError(t, err, errdefs.Conflict, api.CodeLazyBlobExists)
 
 	lazy := mkdir(t, root, "lazy")
 	if err := sys.MountErofs(l.meta, p, lazy); err != nil {
@@ -299,7 +300,7 @@ func TestRemove(t *testing.T) {
 	if ents, err := os.ReadDir(s.Dir()); err != nil || len(ents) != 0 {
 		t.Errorf("the mount lists %v, %v", ents, err)
 	}
-	if b, err := readWithin(t, filepath.Join(lazy, "big/one-chunk"), 30*time.Second); err != nil || !bytes.Equal(b, randBytes(1, 1<<20)) {
+	if b, err := readWithin(t, filepath.Join(lazy, "big/one-chunk"), 30*time.Second); err != nil || !bytes.Equal(b, testenv.RandBytes(1, 1<<20)) {
 		t.Errorf("reading through the mount of the removed blob: %v", err)
 	}
 	if err := sys.Unmount(lazy); err != nil {
@@ -314,13 +315,13 @@ func TestRemove(t *testing.T) {
 		t.Errorf("removing it twice: %v", err)
 	}
 	err = s.Remove(ctx, "sha256:nothex")
-	wantErr(t, err, errdefs.Invalid, api.CodeInvalidDigest)
+	testenv.WantError(t, err, errdefs.Invalid, api.CodeInvalidDigest)
 	// It can come back, with its cache.
 	if p, err = s.Add(ctx, l.idx, l.store); err != nil {
 		t.Fatal(err)
 	}
 	mountErofs(t, l.meta, p, lazy)
-	if b, err := readWithin(t, filepath.Join(lazy, "big/one-chunk"), 30*time.Second); err != nil || !bytes.Equal(b, randBytes(1, 1<<20)) {
+	if b, err := readWithin(t, filepath.Join(lazy, "big/one-chunk"), 30*time.Second); err != nil || !bytes.Equal(b, testenv.RandBytes(1, 1<<20)) {
 		t.Errorf("reading after adding the blob again: %v", err)
 	}
 }
@@ -361,7 +362,7 @@ func TestCloseInUse(t *testing.T) {
 		t.Error("a read through the EROFS mount of a closed server succeeded")
 	}
 	_, err = s.Add(context.Background(), l.idx, l.store)
-	wantErr(t, err, errdefs.Unavailable, api.CodeLazyBlobsClosed)
+	testenv.WantError(t, err, errdefs.Unavailable, api.CodeLazyBlobsClosed)
 }
 
 // TestMountOverDeadMount: a crashed server's dead mount is detached.
@@ -393,7 +394,7 @@ func TestCacheDirLocked(t *testing.T) {
 	cache := mkdir(t, root, "cache")
 	mountServer(t, Options{Dir: mkdir(t, root, "one"), CacheDir: cache})
 	_, err := Mount(context.Background(), Options{Dir: mkdir(t, root, "two"), CacheDir: cache})
-	wantErr(t, err, errdefs.Conflict, api.CodeLazyCacheLocked)
+	testenv.WantError(t, err, errdefs.Conflict, api.CodeLazyCacheLocked)
 }
 
 // TestBlobFile reads a blob's file directly, at offsets and sizes that
@@ -403,7 +404,7 @@ func TestCacheDirLocked(t *testing.T) {
 func TestBlobFile(t *testing.T) {
 	requireHost(t)
 	root := leakCheck(t)
-	data := randBytes(20, 3<<20+4321)
+	data := testenv.RandBytes(20, 3<<20+4321)
 	st, idx := storeBlob(t, data, 0)
 	before := openFDs(t)
 	s := mountServer(t, Options{Dir: mkdir(t, root, "blobs"), CacheDir: mkdir(t, root, "cache")})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
 )
 
 // Server serves blobs as files on one FUSE mount; it runs on Linux only.
@@ -17,7 +18,7 @@ func Mount(ctx context.Context, opt Options) (*Server, error) {
 	return nil, fmt.Errorf("mounting lazy blobs: %w", errdefs.ErrNotSupported)
 }
 
-func (s *Server) Add(ctx context.Context, idx Index, src Source) (string, error) {
+func (s *Server) Add(ctx context.Context, idx chunks.Index, src Source) (string, error) {
 	return "", fmt.Errorf("serving lazy blobs: %w", errdefs.ErrNotSupported)
 }
 

@@ -1,4 +1,4 @@
-package lazyblob
+package chunks
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 func TestBuildIndex(t *testing.T) {
@@ -29,22 +30,22 @@ func TestBuildIndex(t *testing.T) {
 		{"three and a half chunks", 3*cs + cs/2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			data := randBytes(uint64(tc.size), tc.size)
-			x, err := BuildIndex(bytes.NewReader(data), int64(tc.size), cs)
+			data := testenv.RandBytes(uint64(tc.size), tc.size)
+			x, err := Build(bytes.NewReader(data), int64(tc.size), cs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := digestOf(data); x.Digest != want {
+			if want := Digest(data); x.Digest != want {
 				t.Errorf("digest %s, want %s", x.Digest, want)
 			}
 			var want []string
 			for off := 0; off < tc.size; off += cs {
-				want = append(want, digestOf(data[off:min(off+cs, tc.size)]))
+				want = append(want, Digest(data[off:min(off+cs, tc.size)]))
 			}
 			if !slices.Equal(want, x.Chunks) {
 				t.Errorf("chunks %q, want %q", x.Chunks, want)
 			}
-			if x.Size != int64(tc.size) || x.ChunkSize != cs || x.MediaType != IndexMediaType {
+			if x.Size != int64(tc.size) || x.ChunkSize != cs || x.MediaType != MediaType {
 				t.Errorf("index %+v", x)
 			}
 			// The JSON form round-trips.
@@ -52,9 +53,9 @@ func TestBuildIndex(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			y, err := ParseIndex(b)
+			y, err := Parse(b)
 			if err != nil {
-				t.Fatalf("ParseIndex(%s): %v", b, err)
+				t.Fatalf("Parse(%s): %v", b, err)
 			}
 			if !x.Equal(y) {
 				t.Errorf("round trip: %+v, want %+v", y, x)
@@ -64,8 +65,8 @@ func TestBuildIndex(t *testing.T) {
 }
 
 func TestBuildIndexDefaultChunkSize(t *testing.T) {
-	data := randBytes(7, DefaultChunkSize+10)
-	x, err := BuildIndex(bytes.NewReader(data), int64(len(data)), 0)
+	data := testenv.RandBytes(7, DefaultSize+10)
+	x, err := Build(bytes.NewReader(data), int64(len(data)), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,24 +76,24 @@ func TestBuildIndexDefaultChunkSize(t *testing.T) {
 }
 
 func TestBuildIndexErrors(t *testing.T) {
-	data := randBytes(1, 10000)
-	if _, err := BuildIndex(bytes.NewReader(data), 10001, 4096); !errors.Is(err, io.ErrUnexpectedEOF) {
+	data := testenv.RandBytes(1, 10000)
+	if _, err := Build(bytes.NewReader(data), 10001, 4096); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("short reader: %v, want io.ErrUnexpectedEOF", err)
 	}
-	_, err := BuildIndex(bytes.NewReader(data), 9999, 4096)
-	wantErr(t, err, errdefs.Invalid, api.CodeInvalidRange)
+	_, err := Build(bytes.NewReader(data), 9999, 4096)
+	testenv.WantError(t, err, errdefs.Invalid, api.CodeInvalidRange)
 	for _, cs := range []int{-1, 1000, 2048, 4097, 6000, 32 << 20} {
-		_, err := BuildIndex(bytes.NewReader(data), 10000, cs)
-		wantErr(t, err, errdefs.Invalid, api.CodeInvalidChunkIndex)
+		_, err := Build(bytes.NewReader(data), 10000, cs)
+		testenv.WantError(t, err, errdefs.Invalid, api.CodeInvalidChunkIndex)
 	}
-	_, err = BuildIndex(bytes.NewReader(data), -1, 4096)
-	wantErr(t, err, errdefs.Invalid, api.CodeInvalidChunkIndex)
+	_, err = Build(bytes.NewReader(data), -1, 4096)
+	testenv.WantError(t, err, errdefs.Invalid, api.CodeInvalidChunkIndex)
 }
 
-// TestParseIndexErrors checks each way ParseIndex rejects an index, and
+// TestParseIndexErrors checks each way Parse rejects an index, and
 // that it says which.
 func TestParseIndexErrors(t *testing.T) {
-	good, err := BuildIndex(bytes.NewReader(randBytes(2, 10000)), 10000, 4096)
+	good, err := Build(bytes.NewReader(testenv.RandBytes(2, 10000)), 10000, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +137,8 @@ func TestParseIndexErrors(t *testing.T) {
 		{"chunks not strings", strings.Replace(encode(good), `"chunks":[`, `"chunks":[1,`, 1), "not valid JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseIndex([]byte(tc.json))
-			wantErr(t, err, errdefs.Invalid, api.CodeInvalidChunkIndex)
+			_, err := Parse([]byte(tc.json))
+			testenv.WantError(t, err, errdefs.Invalid, api.CodeInvalidChunkIndex)
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not say %q", err, tc.want)
 			}
@@ -147,7 +148,7 @@ func TestParseIndexErrors(t *testing.T) {
 
 func TestParseIndexEmptyBlob(t *testing.T) {
 	sum := sha256.Sum256(nil)
-	x, err := ParseIndex([]byte(`{"media_type":"` + IndexMediaType + `","digest":"sha256:` + hex.EncodeToString(sum[:]) + `","size":0,"chunk_size":1048576,"chunks":[]}`))
+	x, err := Parse([]byte(`{"media_type":"` + MediaType + `","digest":"sha256:` + hex.EncodeToString(sum[:]) + `","size":0,"chunk_size":1048576,"chunks":[]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,19 +157,19 @@ func TestParseIndexEmptyBlob(t *testing.T) {
 	}
 }
 
-// FuzzParseIndex: ParseIndex never panics, and what it accepts encodes
+// FuzzParseIndex: Parse never panics, and what it accepts encodes
 // back to an index it accepts as equal.
 func FuzzParseIndex(f *testing.F) {
-	good, err := BuildIndex(bytes.NewReader(randBytes(3, 9000)), 9000, 4096)
+	good, err := Build(bytes.NewReader(testenv.RandBytes(3, 9000)), 9000, 4096)
 	if err != nil {
 		f.Fatal(err)
 	}
 	b, _ := json.Marshal(good)
 	f.Add(b)
-	f.Add([]byte(`{"media_type":"` + IndexMediaType + `","size":-1}`))
+	f.Add([]byte(`{"media_type":"` + MediaType + `","size":-1}`))
 	f.Add([]byte(`{"chunk_size":9223372036854775807,"size":9223372036854775807}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		x, err := ParseIndex(b)
+		x, err := Parse(b)
 		if err != nil {
 			return
 		}
@@ -176,7 +177,7 @@ func FuzzParseIndex(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		y, err := ParseIndex(again)
+		y, err := Parse(again)
 		if err != nil || !x.Equal(y) {
 			t.Fatalf("re-encoded index: %+v, %v; want %+v", y, err, x)
 		}

@@ -1,4 +1,9 @@
-package lazyblob
+// Package chunks describes a blob as fixed-size chunks: its chunk index,
+// the SHA-256 of every chunk, by which a part of a blob fetched alone is
+// checked. A layer's data blob has one (layer.json names it, so the
+// layer's ID covers every chunk); lazyblob serves the blob on demand
+// chunk by chunk against it. An Index is a value, safe to share.
+package chunks
 
 import (
 	"bytes"
@@ -15,21 +20,21 @@ import (
 	"github.com/dsec-dev/dsec/internal/image/layerspec"
 )
 
-// IndexMediaType identifies chunk indexes.
-const IndexMediaType = "application/vnd.dsec.chunk-index.v1+json"
+// MediaType identifies chunk indexes.
+const MediaType = "application/vnd.dsec.chunk-index.v1+json"
 
-// The chunk size: DefaultChunkSize (the layers' own chunk size) unless
-// chosen, a power of two from MinChunkSize to MaxChunkSize.
+// The chunk size: DefaultSize (the layers' own chunk size) unless
+// chosen, a power of two from MinSize to MaxSize.
 const (
-	DefaultChunkSize = layerspec.ChunkSize
-	MinChunkSize     = 4 << 10
-	MaxChunkSize     = 16 << 20
+	DefaultSize = layerspec.ChunkSize
+	MinSize     = 4 << 10
+	MaxSize     = 16 << 20
 )
 
 // Index is the chunk index of a blob: the blob is cut into chunks of
 // ChunkSize bytes (the last one shorter) and Chunks holds each one's
-// digest, in order. Its JSON form is what BuildIndex's result encodes
-// to with encoding/json and ParseIndex reads. An Index is a value: it
+// digest, in order. Its JSON form is what Build's result encodes
+// to with encoding/json and Parse reads. An Index is a value: it
 // is not changed once built or parsed.
 type Index struct {
 	MediaType string   `json:"media_type"`
@@ -39,15 +44,15 @@ type Index struct {
 	Chunks    []string `json:"chunks"` // "sha256:<hex>" of each chunk
 }
 
-// BuildIndex reads a blob of size bytes from r and returns its index
-// with chunks of chunkSize bytes (0 means DefaultChunkSize). r must hold
+// Build reads a blob of size bytes from r and returns its index
+// with chunks of chunkSize bytes (0 means DefaultSize). r must hold
 // exactly size bytes. Errors: class Invalid, code "invalid_chunk_index",
 // for a chunk size out of bounds; an error wrapping io.ErrUnexpectedEOF
 // if r holds fewer bytes, and class Invalid, code "invalid_range", if it
 // holds more.
-func BuildIndex(r io.Reader, size int64, chunkSize int) (Index, error) {
+func Build(r io.Reader, size int64, chunkSize int) (Index, error) {
 	if chunkSize == 0 {
-		chunkSize = DefaultChunkSize
+		chunkSize = DefaultSize
 	}
 	if err := checkChunkSize(chunkSize); err != nil {
 		return Index{}, err
@@ -55,7 +60,7 @@ func BuildIndex(r io.Reader, size int64, chunkSize int) (Index, error) {
 	if size < 0 {
 		return Index{}, errdefs.New(errdefs.Invalid, api.CodeInvalidChunkIndex, "blob size %d is negative", size)
 	}
-	x := Index{MediaType: IndexMediaType, Size: size, ChunkSize: chunkSize, Chunks: make([]string, 0, min(chunkCount(size, chunkSize), 1<<16))}
+	x := Index{MediaType: MediaType, Size: size, ChunkSize: chunkSize, Chunks: make([]string, 0, min(Count(size, chunkSize), 1<<16))}
 	whole := sha256.New()
 	buf := make([]byte, chunkSize)
 	for off := int64(0); off < size; off += int64(chunkSize) {
@@ -67,7 +72,7 @@ func BuildIndex(r io.Reader, size int64, chunkSize int) (Index, error) {
 			return Index{}, fmt.Errorf("reading blob at %d: %w", off, err)
 		}
 		whole.Write(buf[:n])
-		x.Chunks = append(x.Chunks, digestOf(buf[:n]))
+		x.Chunks = append(x.Chunks, Digest(buf[:n]))
 	}
 	if n, _ := io.ReadFull(r, buf[:1]); n > 0 {
 		return Index{}, errdefs.New(errdefs.Invalid, api.CodeInvalidRange, "blob holds more than %d bytes", size)
@@ -76,9 +81,9 @@ func BuildIndex(r io.Reader, size int64, chunkSize int) (Index, error) {
 	return x, nil
 }
 
-// ParseIndex decodes and validates an index in its JSON form. Errors:
+// Parse decodes and validates an index in its JSON form. Errors:
 // class Invalid, code "invalid_chunk_index", saying what is wrong.
-func ParseIndex(b []byte) (Index, error) {
+func Parse(b []byte) (Index, error) {
 	var x Index
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -101,8 +106,8 @@ func (x Index) Validate() error {
 		return errdefs.New(errdefs.Invalid, api.CodeInvalidChunkIndex, "chunk index: "+format, args...)
 	}
 	switch {
-	case x.MediaType != IndexMediaType:
-		return bad("media type %q, want %q", x.MediaType, IndexMediaType)
+	case x.MediaType != MediaType:
+		return bad("media type %q, want %q", x.MediaType, MediaType)
 	case !layerspec.ValidDigest(x.Digest):
 		return bad("blob digest %q is not sha256:<64 hex digits>", x.Digest)
 	case x.Size < 0:
@@ -111,7 +116,7 @@ func (x Index) Validate() error {
 	if err := checkChunkSize(x.ChunkSize); err != nil {
 		return err
 	}
-	if want := chunkCount(x.Size, x.ChunkSize); len(x.Chunks) != want {
+	if want := Count(x.Size, x.ChunkSize); len(x.Chunks) != want {
 		return bad("%d chunk digests for %d bytes in chunks of %d, want %d", len(x.Chunks), x.Size, x.ChunkSize, want)
 	}
 	for i, d := range x.Chunks {
@@ -129,25 +134,25 @@ func (x Index) Equal(y Index) bool {
 }
 
 // chunkRange returns the offset and length of chunk i.
-func (x Index) chunkRange(i int) (off, n int64) {
+func (x Index) Range(i int) (off, n int64) {
 	off = int64(i) * int64(x.ChunkSize)
 	return off, min(int64(x.ChunkSize), x.Size-off)
 }
 
 // hexDigest is the blob digest without "sha256:", the name of its file.
-func (x Index) hexDigest() string { return x.Digest[len("sha256:"):] }
+func (x Index) Hex() string { return x.Digest[len("sha256:"):] }
 
 func checkChunkSize(n int) error {
-	if n < MinChunkSize || n > MaxChunkSize || n&(n-1) != 0 {
+	if n < MinSize || n > MaxSize || n&(n-1) != 0 {
 		return errdefs.New(errdefs.Invalid, api.CodeInvalidChunkIndex,
-			"chunk size %d is not a power of two from %d to %d", n, MinChunkSize, MaxChunkSize)
+			"chunk size %d is not a power of two from %d to %d", n, MinSize, MaxSize)
 	}
 	return nil
 }
 
 // chunkCount is the number of chunks of size bytes: the last one may be
 // short; no bytes make no chunks.
-func chunkCount(size int64, chunkSize int) int {
+func Count(size int64, chunkSize int) int {
 	n := size / int64(chunkSize)
 	if size%int64(chunkSize) != 0 {
 		n++
@@ -155,15 +160,7 @@ func chunkCount(size int64, chunkSize int) int {
 	return int(n)
 }
 
-func digestOf(b []byte) string {
+func Digest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// hexOf returns the hex part of a "sha256:<hex>" digest.
-func hexOf(digest string) (string, bool) {
-	if !layerspec.ValidDigest(digest) {
-		return "", false
-	}
-	return digest[len("sha256:"):], true
 }

@@ -1,0 +1,157 @@
+package layercache
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/dsec-dev/dsec/internal/image/chunks"
+	"github.com/dsec-dev/dsec/internal/image/layer"
+	"github.com/dsec-dev/dsec/internal/image/lazyblob"
+)
+
+// withChunks gives l a chunk index (stored with its files), as layers
+// built by package layer have.
+func (e *env) withChunks(l Layer) Layer {
+	e.t.Helper()
+	p, err := e.store.Path(l.Manifest.Blob.Digest)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer f.Close()
+	idx, err := chunks.Build(f, l.Manifest.Blob.Size, layer.ChunkSize)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	js, err := json.Marshal(idx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := filepath.Join(e.root, "chunks-"+hexOf(l)+".json")
+	if err := os.WriteFile(out, js, 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	m := l.Manifest
+	m.Chunks = e.put(out)
+	return Layer{ID: m.ID(), Manifest: m}
+}
+
+// lazyServer mounts a lazy blob server under the test's directory.
+func (e *env) lazyServer() *lazyblob.Server {
+	e.t.Helper()
+	s, err := lazyblob.Mount(context.Background(), lazyblob.Options{
+		Dir: filepath.Join(e.root, "lazy"), CacheDir: filepath.Join(e.root, "chunks"),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// TestLazyLayers: layers with a chunk index are cached as metadata and
+// index only and read through the lazy blob file, fetching only the
+// chunks read; a restart drops the earlier process's dead mounts and
+// mounts again over the new server, reusing its chunk cache; a cache
+// without on-demand loading fetches such layers whole.
+func TestLazyLayers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	big := map[string]string{
+		"etc/os-release": "ID=lazy\n",
+		"big/a":          random(1, 3<<20),
+		"big/b":          random(2, 3<<20),
+		"small.txt":      "small",
+	}
+	base := e.withChunks(e.layer(big))
+	top := e.layer(map[string]string{"top.txt": "no index: fetched whole"})
+	layers := []Layer{base, top}
+	want := map[string]string{"top.txt": "no index: fetched whole"}
+	for k, v := range big {
+		want[k] = v
+	}
+
+	srv := e.lazyServer()
+	c := e.open(Options{Lazy: srv})
+	upper := filepath.Join(e.root, "sandbox-1")
+	if err := os.Mkdir(upper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, release, err := c.Root(ctx, "sandbox-1", layers, upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "files", hexOf(base), layer.BlobFile)); !os.IsNotExist(err) {
+		t.Errorf("the indexed layer's blob was fetched whole: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "files", hexOf(top), layer.BlobFile)); err != nil {
+		t.Errorf("the layer without an index was not fetched whole: %v", err)
+	}
+	nChunks := int((base.Manifest.Blob.Size + layer.ChunkSize - 1) / layer.ChunkSize)
+	checkFiles(t, root, map[string]string{"small.txt": "small"})
+	if st := srv.Stats(); st.ChunksFetched == 0 || st.ChunksFetched >= int64(nChunks) {
+		t.Errorf("reading one small file fetched %d of %d chunks", st.ChunksFetched, nChunks)
+	}
+	checkFiles(t, root, want)
+	if st := srv.Stats(); st.ChunksFetched > int64(nChunks) || st.ChunksCorrupt != 0 {
+		t.Errorf("reading everything: %+v, of %d chunks", st, nChunks)
+	}
+	if s := c.Stats(); s.Bytes >= base.Manifest.Blob.Size {
+		t.Errorf("the cache counts %d bytes for a lazily loaded layer of %d", s.Bytes, base.Manifest.Blob.Size)
+	}
+	release()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restart: the old server's connection ends with it (its layer
+	// mount is left behind, as a crash leaves it); the new cache detaches
+	// that mount and mounts the layer again over the new server, whose
+	// chunks are all in its cache.
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mountsByType(t, e.dir)["erofs"]; got != 2 {
+		t.Fatalf("%d layer mounts left by the first run, want both", got)
+	}
+	srv = e.lazyServer()
+	c = e.open(Options{Lazy: srv})
+	if got := mountsByType(t, e.dir)["erofs"]; got != 1 {
+		t.Errorf("%d layer mounts adopted, want 1: the lazily loaded one is dead and must go", got)
+	}
+	root, release, err = c.Root(ctx, "sandbox-2", layers, upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, root, want)
+	if st := srv.Stats(); st.ChunksFetched != 0 || st.CacheHits == 0 {
+		t.Errorf("after the restart: %+v, want every chunk from the cache", st)
+	}
+	release()
+	gcAndCheckEmpty(t, c, e.dir)
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without on-demand loading, the lazily cached layer is fetched whole.
+	c = e.open(Options{})
+	defer c.Close(ctx)
+	root, release, err = c.Root(ctx, "sandbox-3", layers, upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, root, want)
+	if _, err := os.Stat(filepath.Join(e.dir, "files", hexOf(base), layer.BlobFile)); err != nil {
+		t.Errorf("without on-demand loading the blob was not fetched: %v", err)
+	}
+	release()
+	gcAndCheckEmpty(t, c, e.dir)
+}
