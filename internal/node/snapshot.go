@@ -125,25 +125,22 @@ func (a *Service) snapshotScratch() (string, error) {
 // stored already costs nothing).
 func (a *Service) storeLayer(ctx context.Context, art layer.Artifact) (int64, error) {
 	var stored int64
-	for _, f := range []struct {
-		name string
-		ref  layer.FileRef
-	}{{layer.MetaFile, art.Manifest.Meta}, {layer.BlobFile, art.Manifest.Blob}} {
-		if _, err := a.opt.Blobs.Stat(ctx, f.ref.Digest); err == nil {
+	for _, f := range art.Manifest.Files() {
+		if _, err := a.opt.Blobs.Stat(ctx, f.Ref.Digest); err == nil {
 			continue
 		} else if !errors.Is(err, errdefs.NotFound) {
-			return 0, fmt.Errorf("checking the blob store for %s: %w", f.name, err)
+			return 0, fmt.Errorf("checking the blob store for %s: %w", f.Name, err)
 		}
-		r, err := os.Open(filepath.Join(art.Dir, f.name))
+		r, err := os.Open(filepath.Join(art.Dir, f.Name))
 		if err != nil {
 			return 0, err
 		}
-		_, err = a.opt.Blobs.Put(ctx, f.ref.Digest, r)
+		_, err = a.opt.Blobs.Put(ctx, f.Ref.Digest, r)
 		r.Close()
 		if err != nil {
-			return 0, fmt.Errorf("storing the layer's %s: %w", f.name, err)
+			return 0, fmt.Errorf("storing the layer's %s: %w", f.Name, err)
 		}
-		stored += f.ref.Size
+		stored += f.Ref.Size
 	}
 	return stored, nil
 }
