@@ -11,7 +11,7 @@ TOOLS   := internal/image/builtin/assets/dsectools.wasm
 GUEST   := internal/image/builtin/assets/dsec-guest
 DATA    ?= /var/lib/dsec
 
-.PHONY: all build up test unit race lint python bench bench-smoke bench-container bench-vm bench-burst bench-trajectory bench-function deps-runtime deps-test deps-bench clean FORCE
+.PHONY: all build up test unit race lint python bench bench-smoke bench-container bench-vm bench-burst bench-trajectory bench-function bench-images deps-runtime deps-test deps-bench clean FORCE
 
 all: build
 
@@ -75,6 +75,7 @@ ifeq ($(SMOKE),1)
 BT_TIME   := 1x
 API_BENCH := --concurrency 2 --duration 1s --warmup 0s --idle-sandboxes 20
 DENSITY   := 20
+LAZY_MB   := 32
 VM_BOOTS  := 1
 SDK_BENCH := --cycles 2 --parallel 2 --parallel-cycles 4 --execs 5
 BURST     ?= 20
@@ -82,6 +83,7 @@ else
 BT_TIME   := 2s
 API_BENCH := --concurrency 1,2,8,32 --duration 5s --idle-sandboxes 4000
 DENSITY   := 4000
+LAZY_MB   := 1024
 VM_BOOTS  := 5
 SDK_BENCH :=
 BURST     ?= 2000
@@ -93,7 +95,7 @@ bt = $(if $(filter 1,$(SMOKE)),1x,$(1))
 # such as all 2,000 creates of the burst) does not stop the others: their
 # figures are still measured, and `make bench` fails at the end.
 bench: deps-bench build
-	@$(MAKE) -k --no-print-directory bench-container bench-vm bench-burst bench-trajectory bench-function || \
+	@$(MAKE) -k --no-print-directory bench-container bench-vm bench-burst bench-trajectory bench-function bench-images || \
 		{ echo "make bench: a part failed (see above); the others ran"; exit 1; }
 
 # In-process benchmarks of functions and layers, then the whole system
@@ -107,6 +109,13 @@ bench-function: deps-bench build
 	$(GO) test -run '^$$' -bench 'MountLayer|RootAssembly' -benchtime $(call bt,2000x) ./internal/image/layercache/
 	$(GO) test -run '^$$' -bench 'PageCacheShared' -benchtime 1x ./internal/image/layercache/
 	scripts/bench.sh $(BIN) $(API_BENCH)
+
+# Images loaded on demand: reads through a lazily loaded blob against a
+# local one, and a cold node's first command, eager against lazy, from
+# the JetStream store (in process, then behind a 1 Gbit/s link).
+bench-images: deps-bench build
+	$(GO) test -run '^$$' -bench 'WarmRead|ColdRead' -benchtime $(call bt,10x) ./internal/image/lazyblob/
+	DSEC_BENCH_LAZY_MB=$(LAZY_MB) $(GO) test -run '^$$' -bench 'FirstCommand' -benchtime $(call bt,3x) -timeout 30m ./internal/image/layercache/
 
 bench-smoke:
 	$(MAKE) --no-print-directory bench SMOKE=1

@@ -66,6 +66,14 @@ type Images struct {
 	SkipSlow bool `toml:"skip_slow"`
 	// LayerCacheBytes bounds the node's cache of layer files (20 GiB).
 	LayerCacheBytes int64 `toml:"layer_cache_bytes"`
+	// Lazy loads layers on demand: a node keeps a layer's metadata and
+	// chunk index and fetches the data chunks its sandboxes read, on
+	// first read (off by default: a node restart does not yet keep
+	// lazily loaded sandboxes reading; docs/design/images.md).
+	Lazy bool `toml:"lazy"`
+	// LazyFetchTimeoutS bounds one chunk's fetch; a read past it fails
+	// with EIO in the sandbox (default 30).
+	LazyFetchTimeoutS int `toml:"lazy_fetch_timeout_s"`
 }
 
 // API configures the REST server.
@@ -328,6 +336,13 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		}
 		c.Images.SkipSlow = b
 	}
+	if v := getenv("DSEC_LAZY_IMAGES"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("DSEC_LAZY_IMAGES=%q: want true or false", v)
+		}
+		c.Images.Lazy = b
+	}
 	if v := getenv("DSEC_KEEP_SANDBOXES"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -369,6 +384,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MicroVM.UIDBase < 0 || c.MicroVM.MemoryOverheadMiB < 0 || c.MicroVM.Pids < 0 {
 		return errors.New("microvm.uid_base, memory_overhead_mib and pids: want positive numbers")
+	}
+	if c.Images.LazyFetchTimeoutS < 0 {
+		return fmt.Errorf("images.lazy_fetch_timeout_s %d: want a positive number of seconds", c.Images.LazyFetchTimeoutS)
 	}
 	switch c.Images.Blobs {
 	case "", "local", "nats":

@@ -30,6 +30,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/image/blobstore"
 	"github.com/dsec-dev/dsec/internal/image/layercache"
+	"github.com/dsec-dev/dsec/internal/image/lazyblob"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/natsbus"
 	"github.com/dsec-dev/dsec/internal/node"
@@ -246,10 +247,25 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 		return err
 	}
 	cu.Add(closeIDMap)
-	layers, err := layercache.New(ctx, layercache.Options{
+	lopt := layercache.Options{
 		Dir: filepath.Join(d.cfg.DataDir, "layers"), Store: blobs, Budget: d.cfg.Images.LayerCacheBytes, Logger: d.log,
 		IDMap: idmap,
-	})
+	}
+	if d.cfg.Images.Lazy {
+		lazy, err := d.lazyBlobs(ctx)
+		if err != nil {
+			return err
+		}
+		// Closed after the layer cache (the stack runs backwards), whose
+		// shutdown collection unmounts the layers over it first.
+		cu.Add(func() {
+			if err := lazy.Close(); err != nil {
+				d.log.Warn("closing the lazy blob server", "err", err)
+			}
+		})
+		lopt.Lazy = lazy
+	}
+	layers, err := layercache.New(ctx, lopt)
 	if err != nil {
 		return err
 	}
@@ -409,4 +425,16 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 		<-served
 	})
 	return nil
+}
+
+// lazyBlobs mounts the node's server of data blobs loaded on demand: its
+// FUSE files under node/lazy, its chunk cache in chunks/ (on disk, beside
+// the layer cache).
+func (d *daemon) lazyBlobs(ctx context.Context) (*lazyblob.Server, error) {
+	return lazyblob.Mount(ctx, lazyblob.Options{
+		Dir:          filepath.Join(d.cfg.DataDir, "node", "lazy"),
+		CacheDir:     filepath.Join(d.cfg.DataDir, "chunks"),
+		FetchTimeout: time.Duration(d.cfg.Images.LazyFetchTimeoutS) * time.Second,
+		Logger:       d.log,
+	})
 }

@@ -170,7 +170,7 @@ func (d *daemon) microvmRuntime(ctx context.Context, layers *layercache.Cache, m
 	opt := vmtier.Options{
 		StateDir: filepath.Join(d.cfg.DataDir, "node", tier),
 		CacheDir: c.CacheDir,
-		Layers:   vmtier.CacheFiles{Cache: layers, Dir: filepath.Join(d.cfg.DataDir, "layers")},
+		Layers:   vmtier.CacheFiles{Cache: layers},
 		Version:  d.build.Version,
 		Logger:   d.log.With("tier", tier),
 		// "auto" starts on TCG; prepareMicroVM switches to KVM once the

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"golang.org/x/sys/unix"
@@ -53,6 +55,58 @@ func DetachMount(target string) error {
 // nosuid and nodev, with blob as its extra device. It is a direct
 // mount(2) of the file: no loop device (util-linux mount would add one).
 func MountErofs(meta, blob, target string) error {
+	erofsMu.Lock()
+	defer erofsMu.Unlock()
+	return mountErofs(meta, blob, target)
+}
+
+// erofsMu serializes this process's EROFS mounts, so that the
+// backing-device info a mount adds can be told apart (MountErofsReadahead).
+var erofsMu sync.Mutex
+
+// MountErofsReadahead is MountErofs with the mount's readahead set to kb
+// KiB: for a data blob whose every read is a round trip to user space
+// (a FUSE file), fewer and larger reads. A file-backed EROFS mount gets
+// its own backing-device info, /sys/class/bdi/erofs-<n>, named from a
+// counter; it is found as the one that appeared with the mount. If
+// another process mounted an EROFS at the same moment it cannot be told,
+// and the readahead is left as it is: tuned is then false.
+func MountErofsReadahead(meta, blob, target string, kb int) (tuned bool, err error) {
+	erofsMu.Lock()
+	defer erofsMu.Unlock()
+	before := erofsBDIs()
+	if err := mountErofs(meta, blob, target); err != nil {
+		return false, err
+	}
+	var added []string
+	for name := range erofsBDIs() {
+		if !before[name] {
+			added = append(added, name)
+		}
+	}
+	if len(added) != 1 {
+		return false, nil
+	}
+	p := filepath.Join("/sys/class/bdi", added[0], "read_ahead_kb")
+	if err := os.WriteFile(p, []byte(strconv.Itoa(kb)), 0); err != nil {
+		return false, fmt.Errorf("setting the readahead of erofs %s: %w", target, err)
+	}
+	return true, nil
+}
+
+// erofsBDIs returns the names of the EROFS backing-device infos.
+func erofsBDIs() map[string]bool {
+	out := map[string]bool{}
+	ents, _ := os.ReadDir("/sys/class/bdi")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "erofs-") {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+func mountErofs(meta, blob, target string) error {
 	opts := ""
 	if blob != "" {
 		opts = "device=" + blob
@@ -160,6 +214,25 @@ func MountFUSEConn(dir, name, options string) (int, error) {
 		return -1, fmt.Errorf("mounting fuse at %s: %w", dir, err)
 	}
 	return fd, nil
+}
+
+// PollFUSEOnce opens the file name of the FUSE mount at dir and polls it
+// once, so that the kernel sends the server its first POLL request now,
+// which the server answers "not implemented" and the kernel then never
+// sends again. A later poll of a file there would otherwise be its
+// first: Go's runtime adds every file it opens to its epoll set, and a
+// process that opens a file of a FUSE mount it serves itself could block
+// in that epoll_ctl until a thread is free to answer (go-fuse, mounted
+// through a descriptor, skips its own such "poll hack"; its file name
+// is the hack's). Raw open and poll, not os.Open: no epoll here.
+func PollFUSEOnce(dir, name string) error {
+	fd, err := unix.Open(filepath.Join(dir, name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s for the first poll: %w", name, err)
+	}
+	defer unix.Close(fd)
+	_, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0) // the answer does not matter
+	return nil
 }
 
 // UnmountFUSE unmounts the FUSE file system at target. If it is busy (a

@@ -84,3 +84,48 @@ func TestMountErofsAndOverlay(t *testing.T) {
 		t.Error("a lower with ':' was accepted")
 	}
 }
+
+// TestMountErofsReadahead: the mount's own backing-device info, and no
+// other, gets the readahead asked for.
+func TestMountErofsReadahead(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "a.txt"), []byte("a"), 0o644)
+	meta, blob := mkfs(t, src)
+	target := filepath.Join(t.TempDir(), "l")
+	os.Mkdir(target, 0o755)
+	before := erofsBDIs()
+	ra := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join("/sys/class/bdi", name, "read_ahead_kb"))
+		return string(b)
+	}
+	was := map[string]string{}
+	for name := range before {
+		was[name] = ra(name)
+	}
+	tuned, err := MountErofsReadahead(meta, blob, target, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Unmount(target)
+	if !tuned {
+		t.Skip("another process mounted an EROFS at the same moment: the mount's readahead cannot be told (not a fault)")
+	}
+	var added []string
+	for name := range erofsBDIs() {
+		switch got := ra(name); {
+		case !before[name]:
+			added = append(added, name)
+			if got != "1024\n" {
+				t.Errorf("the new mount's readahead is %q KiB, want 1024", got)
+			}
+		case got != was[name]:
+			t.Errorf("%s, an earlier mount's, was changed too: %q, was %q", name, got, was[name])
+		}
+	}
+	if len(added) != 1 {
+		t.Errorf("new EROFS backing-device infos: %q, want one", added)
+	}
+	if b, err := os.ReadFile(filepath.Join(target, "a.txt")); err != nil || string(b) != "a" {
+		t.Errorf("read through the mount: %q, %v", b, err)
+	}
+}

@@ -21,6 +21,10 @@ func MountErofs(meta, blob, target string) error {
 	return fmt.Errorf("mounting erofs on %s: %w", target, errdefs.ErrNotSupported)
 }
 
+func MountErofsReadahead(meta, blob, target string, kb int) (bool, error) {
+	return false, fmt.Errorf("mounting erofs on %s: %w", target, errdefs.ErrNotSupported)
+}
+
 func MountOverlay(target string, lowers []string, upper, work string) error {
 	return fmt.Errorf("mounting overlay on %s: %w", target, errdefs.ErrNotSupported)
 }
@@ -42,3 +46,7 @@ func UnmountFUSE(string) (bool, error) { return false, nil }
 func EnsureTmpfs(source, dir, options string) (bool, error) { return false, nil }
 
 func UnmountTmpfsIfEmpty(dir string) error { return nil }
+
+func PollFUSEOnce(dir, name string) error {
+	return fmt.Errorf("polling a FUSE file: %w", errdefs.ErrNotSupported)
+}

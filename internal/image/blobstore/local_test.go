@@ -1,6 +1,7 @@
 package blobstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -37,6 +38,7 @@ func TestNATSStore(t *testing.T) {
 
 // testStore is the behaviour every Store shares.
 func testStore(t *testing.T, s Store) {
+	testRanges(t, s)
 	ctx := context.Background()
 	content := strings.Repeat("0123456789", 1000)
 	d := digestOf(content)
@@ -126,5 +128,52 @@ func TestNATSRanges(t *testing.T) {
 	all, _ := io.ReadAll(rc)
 	if string(all) != string(b) {
 		t.Error("Open returned other content")
+	}
+}
+
+// testRanges reads a blob of several of the NATS store's 512 KiB chunk
+// messages whole and in ranges across their boundaries, and closes a
+// reader half-way (its read-ahead must not outlive it).
+func testRanges(t *testing.T, s Store) {
+	ctx := context.Background()
+	content := testenv.RandBytes(9, 3<<20+12345)
+	sum := sha256.Sum256(content)
+	d := "sha256:" + hex.EncodeToString(sum[:])
+	if _, err := s.Put(ctx, d, bytes.NewReader(content)); err != nil {
+		t.Fatal(err)
+	}
+	goroutines := testenv.Goroutines()
+	rc, _, err := s.Open(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(b, content) {
+		t.Fatalf("Open: %d bytes, %v; want the %d put", len(b), err, len(content))
+	}
+	for _, r := range [][2]int64{{0, 1}, {512<<10 - 3, 7}, {100, 2 << 20}, {1<<20 + 5, 1 << 20}, {int64(len(content)) - 10, 100}, {int64(len(content)), 5}} {
+		rc, err := s.ReadRange(ctx, d, r[0], r[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		want := content[min(r[0], int64(len(content))):min(r[0]+r[1], int64(len(content)))]
+		if err != nil || !bytes.Equal(b, want) {
+			t.Errorf("ReadRange(%d, %d): %d bytes, %v; want %d", r[0], r[1], len(b), err, len(want))
+		}
+	}
+	rc, err = s.ReadRange(ctx, d, 0, int64(len(content)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rc, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	testenv.GoroutinesSettle(t, goroutines)
+	if err := s.Delete(ctx, d); err != nil {
+		t.Fatal(err)
 	}
 }

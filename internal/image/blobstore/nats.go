@@ -10,6 +10,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +33,10 @@ type NATS struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	meta   jetstream.KeyValue
+	// records caches blob records read (digest → blobMeta): a blob's
+	// content, and so its record, never changes, and a lazily loaded
+	// layer reads its blob a chunk at a time. Delete drops the entry.
+	records sync.Map
 }
 
 // Names of the stream and bucket.
@@ -90,6 +95,9 @@ func (s *NATS) record(ctx context.Context, digest string) (blobMeta, error) {
 	if err != nil {
 		return blobMeta{}, err
 	}
+	if m, ok := s.records.Load(h); ok {
+		return m.(blobMeta), nil
+	}
 	e, err := s.meta.Get(ctx, h)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return blobMeta{}, notFound(digest)
@@ -101,6 +109,7 @@ func (s *NATS) record(ctx context.Context, digest string) (blobMeta, error) {
 	if err := json.Unmarshal(e.Value(), &m); err != nil {
 		return blobMeta{}, fmt.Errorf("decoding blob record %s: %w", digest, err)
 	}
+	s.records.Store(h, m)
 	return m, nil
 }
 
@@ -190,7 +199,10 @@ func (s *NATS) ReadRange(ctx context.Context, digest string, off, n int64) (io.R
 	return &chunkReader{ctx: ctx, s: s, hex: h, meta: m, off: min(off, m.Size), end: end}, nil
 }
 
-// chunkReader reads [off, end) of a blob chunk by chunk.
+// chunkReader reads [off, end) of a blob chunk by chunk, with up to
+// readAhead chunk messages requested ahead of the one being read, so
+// that a read waits for about one round trip to the store rather than
+// one per chunk.
 type chunkReader struct {
 	ctx      context.Context
 	s        *NATS
@@ -198,6 +210,37 @@ type chunkReader struct {
 	meta     blobMeta
 	off, end int64
 	buf      []byte
+	ahead    []chan fetched // requests in flight, for chunks next-len(ahead) .. next-1
+	next     int            // the first chunk not yet requested
+	started  bool
+}
+
+// readAhead is how many chunk messages a reader has requested at most.
+const readAhead = 4
+
+type fetched struct {
+	data []byte
+	err  error
+}
+
+// request asks for chunks until readAhead are in flight or the range's
+// last one is.
+func (c *chunkReader) request() {
+	last := int((c.end - 1) / int64(c.meta.Chunk))
+	for len(c.ahead) < readAhead && c.next <= last {
+		ch := make(chan fetched, 1)
+		n := c.next
+		go func() {
+			msg, err := c.s.stream.GetLastMsgForSubject(c.ctx, chunkSubject(c.hex, n))
+			if err != nil {
+				ch <- fetched{err: fmt.Errorf("reading chunk %d of blob sha256:%s: %w", n, c.hex, err)}
+				return
+			}
+			ch <- fetched{data: msg.Data}
+		}()
+		c.ahead = append(c.ahead, ch)
+		c.next++
+	}
 }
 
 func (c *chunkReader) Read(p []byte) (int, error) {
@@ -205,16 +248,22 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if len(c.buf) == 0 {
-		n := int(c.off / int64(c.meta.Chunk))
-		msg, err := c.s.stream.GetLastMsgForSubject(c.ctx, chunkSubject(c.hex, n))
-		if err != nil {
-			return 0, fmt.Errorf("reading chunk %d of blob sha256:%s: %w", n, c.hex, err)
+		if !c.started {
+			c.started, c.next = true, int(c.off/int64(c.meta.Chunk))
 		}
+		c.request()
+		n := c.next - len(c.ahead)
+		f := <-c.ahead[0]
+		c.ahead = c.ahead[1:]
+		if f.err != nil {
+			return 0, f.err
+		}
+		c.request()
 		skip := c.off - int64(n)*int64(c.meta.Chunk)
-		if skip > int64(len(msg.Data)) {
+		if skip > int64(len(f.data)) {
 			return 0, fmt.Errorf("blob sha256:%s: chunk %d is short", c.hex, n)
 		}
-		c.buf = msg.Data[skip:]
+		c.buf = f.data[skip:]
 	}
 	k := copy(p, c.buf[:min(int64(len(c.buf)), c.end-c.off)])
 	c.buf = c.buf[k:]
@@ -222,7 +271,15 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return k, nil
 }
 
-func (c *chunkReader) Close() error { return nil }
+// Close waits for the requests in flight (each ends with the reader's
+// context at the latest), so that none outlives the reader.
+func (c *chunkReader) Close() error {
+	for _, ch := range c.ahead {
+		<-ch
+	}
+	c.ahead = nil
+	return nil
+}
 
 // Delete implements Store.
 func (s *NATS) Delete(ctx context.Context, digest string) error {
@@ -230,6 +287,7 @@ func (s *NATS) Delete(ctx context.Context, digest string) error {
 	if err != nil {
 		return err
 	}
+	s.records.Delete(h)
 	if err := s.meta.Purge(ctx, h); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("deleting blob %s: %w", digest, err)
 	}

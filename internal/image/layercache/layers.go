@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
 
@@ -255,12 +253,8 @@ func (c *Cache) mountLayer(ctx context.Context, e *layerEntry) error {
 		} else if !errors.Is(err, os.ErrExist) {
 			return c.diskErr(err, "mounting layer %s", hex)
 		}
-		blob, err := c.blobPath(ctx, hex)
-		if err != nil {
+		if err := c.mountErofs(ctx, e, target); err != nil {
 			return err
-		}
-		if err := sys.MountErofs(filepath.Join(c.filesDir(hex), layer.MetaFile), blob, target); err != nil {
-			return errdefs.Wrap(errdefs.Internal, api.CodeLayerMountFailed, err, "mounting layer sha256:%s", hex)
 		}
 		cu.Add(func() { _ = sys.Unmount(target) })
 	}

@@ -24,6 +24,9 @@ type LazyBlobs interface {
 	// Remove stops serving the blob under its name (a mount holding
 	// the file keeps reading it).
 	Remove(ctx context.Context, digest string) error
+	// CompleteFile returns a local file holding the whole blob, checked,
+	// once every chunk of it has been fetched.
+	CompleteFile(digest string) (string, bool)
 }
 
 // A layer cached lazily has, in files/<hex>, its metadata, its chunk
@@ -144,4 +147,90 @@ func (c *Cache) dropDeadLazyMounts() {
 		}
 		e.mounted = false
 	}
+}
+
+// LayerFile is where a layer's two EROFS files are on the node: the
+// metadata in the cache's files, the data blob there too or, for a layer
+// loaded lazily, the file the lazy server serves.
+type LayerFile struct {
+	Meta, Blob string
+}
+
+// Files makes layers available as files (fetched, or served on demand)
+// and keeps them from eviction until release, as Hold does; the VM
+// tiers give them to their guests as disks.
+func (c *Cache) Files(ctx context.Context, layers []Layer) ([]LayerFile, func(), error) {
+	release, err := c.Hold(ctx, layers)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]LayerFile, len(layers))
+	for i, l := range layers {
+		hex := strings.TrimPrefix(l.ID, "sha256:")
+		blob, err := c.blobPath(ctx, hex)
+		if err != nil {
+			release()
+			return nil, nil, err
+		}
+		out[i] = LayerFile{Meta: filepath.Join(c.filesDir(hex), layer.MetaFile), Blob: blob}
+	}
+	return out, release, nil
+}
+
+// mountErofs mounts layer e at target: over its data blob in files/,
+// or over the lazy server's file, then with a chunk's readahead. A lazily
+// loaded layer whose every chunk has been fetched is first made a whole
+// one (promote), so that it is mounted over a local file from then on.
+// The caller holds e.busy.
+func (c *Cache) mountErofs(ctx context.Context, e *layerEntry, target string) error {
+	hex := e.hex
+	c.promote(e)
+	meta := filepath.Join(c.filesDir(hex), layer.MetaFile)
+	blob, err := c.blobPath(ctx, hex)
+	if err != nil {
+		return err
+	}
+	if !lazyCached(c.filesDir(hex)) {
+		err = sys.MountErofs(meta, blob, target)
+	} else {
+		var tuned bool
+		tuned, err = sys.MountErofsReadahead(meta, blob, target, lazyblob.ReadaheadKB)
+		if err == nil && !tuned {
+			c.log.Info("a lazily loaded layer keeps the default readahead: another EROFS mount was made at the same moment", "layer", hex)
+		}
+	}
+	if err != nil {
+		return errdefs.Wrap(errdefs.Internal, api.CodeLayerMountFailed, err, "mounting layer sha256:%s", hex)
+	}
+	return nil
+}
+
+// promote makes a lazily cached layer whose blob the lazy server holds
+// whole a layer cached whole: its chunk cache's data file, hard-linked as
+// files/<hex>/data.blob (the same inode: no copy). Mounts made from then
+// on read it directly, at a local file's speed, and survive a restart of
+// the node; mounts made before keep reading through the server. The
+// caller holds e.busy.
+func (c *Cache) promote(e *layerEntry) {
+	files := c.filesDir(e.hex)
+	if c.lazy == nil || !lazyCached(files) {
+		return
+	}
+	idx, err := readIndex(files)
+	if err != nil {
+		return
+	}
+	p, ok := c.lazy.CompleteFile(idx.Digest)
+	if !ok {
+		return
+	}
+	if err := os.Link(p, filepath.Join(files, layer.BlobFile)); err != nil {
+		c.log.Warn("linking a lazily loaded layer's complete blob", "layer", e.hex, "err", err)
+		return
+	}
+	c.mu.Lock()
+	e.size += idx.Size
+	c.bytes += idx.Size
+	c.mu.Unlock()
+	c.log.Info("a lazily loaded layer is complete: mounted over its local file from now on", "layer", e.hex)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/image/chunks"
@@ -131,6 +132,34 @@ func TestLazyLayers(t *testing.T) {
 	checkFiles(t, root, want)
 	if st := srv.Stats(); st.ChunksFetched != 0 || st.CacheHits == 0 {
 		t.Errorf("after the restart: %+v, want every chunk from the cache", st)
+	}
+	release()
+	gcAndCheckEmpty(t, c, e.dir)
+
+	// Every chunk is in hand: the next mount promotes the layer to a
+	// whole one over the chunk cache's file (the same inode, no copy),
+	// and reads no longer go through the server.
+	before := c.Stats().Bytes
+	root, release, err = c.Root(ctx, "sandbox-2b", layers, upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := filepath.Join(e.dir, "files", hexOf(base), layer.BlobFile)
+	fi, err := os.Stat(blob)
+	if err != nil {
+		t.Fatalf("not promoted: %v", err)
+	}
+	cached, err := os.Stat(filepath.Join(e.root, "chunks", strings.TrimPrefix(base.Manifest.Blob.Digest, "sha256:")+".data"))
+	if err != nil || !os.SameFile(fi, cached) {
+		t.Errorf("the promoted blob is not the chunk cache's file: %v", err)
+	}
+	if got := c.Stats().Bytes - before; got != base.Manifest.Blob.Size {
+		t.Errorf("promotion counted %d bytes, want the blob's %d", got, base.Manifest.Blob.Size)
+	}
+	hits := srv.Stats().CacheHits
+	checkFiles(t, root, want)
+	if st := srv.Stats(); st.CacheHits != hits || st.ChunksFetched != 0 {
+		t.Errorf("reads of a promoted layer went through the server: %+v", st)
 	}
 	release()
 	gcAndCheckEmpty(t, c, e.dir)

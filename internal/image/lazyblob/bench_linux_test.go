@@ -82,7 +82,7 @@ func BenchmarkWarmRead(b *testing.B) {
 		b.Fatal(err)
 	}
 	lazy := mkdir(b, root, "lazy")
-	mountErofs(b, l.meta, p, lazy)
+	mountLazyErofs(b, l.meta, p, lazy)
 	lazyFile, eagerFile := filepath.Join(lazy, "big"), filepath.Join(eager, "big")
 	timedRead(b, lazyFile) // fetch every chunk
 	timedRead(b, eagerFile)

@@ -166,8 +166,27 @@ func (b *blob) load(ctx context.Context, i int) (fetched bool, data []byte, err 
 	return true, data, nil
 }
 
-// fetch reads chunk i from the source and checks its digest.
+// fetch reads chunk i from the source and checks its digest. A source
+// error is tried again, after a pause growing from 50 ms to 1 s, until
+// ctx ends (a store that hiccups under load costs a reader time, not an
+// EIO); a chunk that does not match its digest, or a blob the store does
+// not have, is not.
 func (b *blob) fetch(ctx context.Context, i int) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		data, err := b.fetchOnce(ctx, i)
+		if err == nil || ctx.Err() != nil || errdefs.CodeOf(err) == api.CodeChunkCorrupt || errors.Is(err, errdefs.NotFound) {
+			return data, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, b.timeoutErr(i, err)
+		case <-time.After(min(50*time.Millisecond<<attempt, time.Second)):
+		}
+	}
+}
+
+// fetchOnce is one try of fetch.
+func (b *blob) fetchOnce(ctx context.Context, i int) ([]byte, error) {
 	off, n := b.idx.Range(i)
 	data := make([]byte, n)
 	rc, err := b.src.ReadRange(ctx, b.idx.Digest, off, n)

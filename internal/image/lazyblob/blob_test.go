@@ -159,6 +159,55 @@ func TestBlobCorruptChunk(t *testing.T) {
 	testenv.WantError(t, err, errdefs.Internal, api.CodeChunkCorrupt)
 }
 
+// flakySource fails its first fails reads, as a store that hiccups
+// under load, then reads from the real one.
+type flakySource struct {
+	Source
+	mu    sync.Mutex
+	fails int
+}
+
+func (f *flakySource) ReadRange(ctx context.Context, digest string, off, n int64) (io.ReadCloser, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fails > 0 {
+		f.fails--
+		return nil, errors.New("nats: timeout")
+	}
+	return f.Source.ReadRange(ctx, digest, off, n)
+}
+
+// TestBlobFetchRetried: a source error is tried again within the
+// deadline, and the read succeeds; with no deadline left it is an EIO
+// (a timeout) naming the last error.
+func TestBlobFetchRetried(t *testing.T) {
+	data := testenv.RandBytes(13, 2*testChunk)
+	st, idx := storeBlob(t, data, testChunk)
+	src := &flakySource{Source: st, fails: 2}
+	b, stats, lb := openBlob(t, t.TempDir(), idx, src, 10*time.Second)
+	got, err := readBlob(context.Background(), b, 0, testChunk)
+	if err != nil || !bytes.Equal(got, data[:testChunk]) {
+		t.Fatalf("read after two failed fetches: %v", err)
+	}
+	if s := stats.snapshot(); s.FetchFailures != 2 || s.ChunksFetched != 1 {
+		t.Errorf("stats %+v, want 2 failures then 1 fetch", s)
+	}
+	if !lb.contains("nats: timeout") {
+		t.Errorf("the failed tries were not logged:\n%s", lb)
+	}
+	src = &flakySource{Source: st, fails: 1 << 30}
+	b, _, lb = openBlob(t, t.TempDir(), idx, src, 300*time.Millisecond)
+	start := time.Now()
+	_, err = readBlob(context.Background(), b, testChunk, 10)
+	testenv.WantError(t, err, errdefs.DeadlineExceeded, api.CodeChunkFetchTimeout)
+	if !lb.contains("nats: timeout") {
+		t.Errorf("the failed tries were not logged:\n%s", lb)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a store that keeps failing held the read %v past a 300 ms deadline", d)
+	}
+}
+
 // TestBlobFetchTimeout: a fetch that outlives its deadline fails the read
 // by the deadline, whether the source honours cancellation or not.
 func TestBlobFetchTimeout(t *testing.T) {

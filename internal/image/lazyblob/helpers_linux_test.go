@@ -160,6 +160,24 @@ func mountErofs(t testing.TB, meta, blob, target string) {
 	})
 }
 
+// mountLazyErofs mounts an EROFS layer over a blob file as the node's
+// layer cache does (ReadaheadKB); the test's cleanup unmounts it.
+func mountLazyErofs(t testing.TB, meta, blob, target string) {
+	t.Helper()
+	tuned, err := sys.MountErofsReadahead(meta, blob, target, ReadaheadKB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tuned {
+		t.Logf("the readahead of %s was left as it was (another EROFS mount at the same moment)", target)
+	}
+	t.Cleanup(func() {
+		if err := sys.Unmount(target); err != nil {
+			t.Errorf("unmounting %s: %v", target, err)
+		}
+	})
+}
+
 // entry is what a tree comparison looks at of one path.
 type treeEntry struct {
 	Type   string // "f", "d" or "l"

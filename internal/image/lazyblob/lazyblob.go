@@ -43,9 +43,11 @@
 // blob's size holding the chunks fetched so far at their offsets, and
 // <hex>.bitmap, a 24-byte header (magic, blob size, chunk size, chunk
 // count) and one bit per chunk: set when the chunk in the data file is
-// complete and checked. A chunk is marked only after its data has been
-// written and synced (fsync), so a crash can leave a chunk written but
-// not marked (it is fetched again), never marked but not written. A
+// complete and checked. A chunk is readable from the data file once
+// written, and marked only after its data has been synced (fsync, one
+// for a group of chunks: see syncBatch), so a crash can leave chunks
+// written but not marked (they are fetched again), never marked but not
+// written. A
 // bitmap that is missing or does not match the index starts the blob's
 // cache afresh. Chunks marked by an earlier run are checked against their
 // digest once before their first use (a mismatch unmarks and refetches
@@ -88,6 +90,14 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image/layerspec"
 )
+
+// ReadaheadKB is the readahead, in KiB, for an EROFS mount over a blob
+// file (sys.MountErofsReadahead): a chunk, the most one FUSE read
+// carries. With the kernel's default of 128 KiB every MiB read was eight
+// round trips to this process; measured through a layer whose chunks
+// are cached: 0.45 of a local layer's throughput at 128 KiB, 0.66 at
+// 1 MiB.
+const ReadaheadKB = 1024
 
 // DefaultFetchTimeout bounds one chunk's fetch when Options.FetchTimeout
 // is zero.

@@ -72,17 +72,20 @@ func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 // Read serves a READ from the cache file (or, for a chunk that could not
 // be cached, from memory); EIO when a chunk cannot be had (its fetch
 // failed, timed out or did not match its digest).
+//
+// A READ the kernel interrupts (a signal to the process whose page fault
+// or read EROFS is serving; Go's runtime sends its threads SIGURG all the
+// time) is served on regardless, within the fetch's own deadline: EROFS
+// turns any error of its device, EINTR too, into EIO for the page, so
+// answering the interrupt would fail a read that was only slow.
 func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	b := n.e.b
 	if off < 0 || off >= b.idx.Size || len(dest) == 0 {
 		return fuse.ReadResultData(nil), 0
 	}
 	cnt := min(int64(len(dest)), b.idx.Size-off)
-	data, err := b.read(ctx, dest, off, cnt)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return nil, syscall.EINTR
-	case err != nil:
+	data, err := b.read(context.WithoutCancel(ctx), dest, off, cnt)
+	if err != nil {
 		return nil, syscall.EIO
 	}
 	return fuse.ReadResultData(data), 0

@@ -59,6 +59,9 @@ type entry struct {
 	gone  bool
 }
 
+// pollHackName is the name go-fuse serves its poll-hack file under.
+const pollHackName = ".go-fuse-epoll-hack"
+
 // Mount mounts a Server's file system at opt.Dir. A dead mount left
 // there by a server that crashed is detached first. Errors: class
 // Invalid, code "invalid_options", for bad options; Conflict,
@@ -124,6 +127,13 @@ func Mount(ctx context.Context, opt Options) (*Server, error) {
 	}()
 	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mounting lazy blobs: %w", err) // the unmount above stops Serve
+	}
+	// go-fuse answers its "poll hack" file's first POLL with "not
+	// implemented" (see sys.PollFUSEOnce); mounted through a descriptor
+	// it does not ask for one itself. Without it, this process opening a
+	// blob file (a test; QEMU is another process) could hang in epoll_ctl.
+	if err := sys.PollFUSEOnce(opt.Dir, pollHackName); err != nil {
+		return nil, fmt.Errorf("mounting lazy blobs: %w", err)
 	}
 	cu.Release()
 	return s, nil
@@ -250,6 +260,25 @@ func (s *Server) dropLocked(name string, e *entry) bool {
 	e.gone = true
 	delete(s.blobs, name)
 	return true
+}
+
+// CompleteFile returns the chunk cache's data file of the blob named by
+// digest if the blob is served and every chunk of it is cached, checked
+// and synced: the file is then the whole blob, which a new mount may
+// read directly instead of through FUSE. The Server never writes it
+// again.
+func (s *Server) CompleteFile(digest string) (string, bool) {
+	name, ok := hexOf(digest)
+	if !ok {
+		return "", false
+	}
+	s.mu.Lock()
+	e := s.blobs[name]
+	s.mu.Unlock()
+	if e == nil || !e.b.cache.complete() {
+		return "", false
+	}
+	return e.b.cache.data.Name(), true
 }
 
 // Stats returns the chunk counters since Mount.

@@ -1,11 +1,15 @@
 package lazyblob
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -465,4 +469,144 @@ func openFDs(t testing.TB) map[int]string {
 		}
 	}
 	return out
+}
+
+// TestCompleteFile: a blob's cache file is handed out as the whole blob
+// only once every chunk is in it, checked; after a restart the chunks
+// marked by the earlier run are checked first, and a damaged one keeps
+// the blob incomplete.
+func TestCompleteFile(t *testing.T) {
+	requireHost(t)
+	root := leakCheck(t)
+	data := testenv.RandBytes(21, 3<<20+17)
+	st, idx := storeBlob(t, data, 0)
+	ctx := context.Background()
+	opt := Options{Dir: mkdir(t, root, "blobs"), CacheDir: mkdir(t, root, "cache")}
+	s, err := Mount(ctx, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.CompleteFile(idx.Digest); ok {
+		t.Error("a blob not served is complete")
+	}
+	p, err := s.Add(ctx, idx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(off, n int64) {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.ReadAt(make([]byte, n), off); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+	}
+	read(0, 10)
+	if _, ok := s.CompleteFile(idx.Digest); ok {
+		t.Error("a blob with one chunk of four fetched is complete")
+	}
+	read(0, int64(len(data)))
+	file, ok := s.CompleteFile(idx.Digest)
+	if got, err := os.ReadFile(file); !ok || err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the complete blob's file %q (%v): %d bytes, %v", file, ok, len(got), err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restart: marked chunks are checked before the blob counts as
+	// complete; one damaged on disk makes it not.
+	s = mountServer(t, opt)
+	if _, err := s.Add(ctx, idx, st); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.CompleteFile(idx.Digest); !ok {
+		t.Error("after a restart, a blob whose chunks are all marked and sound is not complete")
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{^data[5<<19]}, 5<<19); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mountServer(t, opt)
+	if _, err := s.Add(ctx, idx, st); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.CompleteFile(idx.Digest); ok {
+		t.Error("a blob with a damaged chunk on disk is complete")
+	}
+}
+
+// TestInterruptedRead: a process reading through a lazily loaded layer
+// that gets a signal while its chunk is being fetched reads the data, not
+// EIO. (EROFS turns any error of its device into EIO; a FUSE read the
+// kernel interrupts must not fail.) The reader is a Python process with
+// a SIGUSR1 handler, signalled while the store holds the fetch.
+func TestInterruptedRead(t *testing.T) {
+	requireHost(t)
+	root := leakCheck(t)
+	src := mkdir(t, root, "src")
+	makeTree(t, src)
+	l := buildLayer(t, root, src)
+	gate := &gatedSource{src: l.store, open: make(chan struct{}), entered: make(chan struct{}, 64)}
+	s := mountServer(t, Options{Dir: mkdir(t, root, "blobs"), CacheDir: mkdir(t, root, "cache")})
+	p, err := s.Add(context.Background(), l.idx, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lazy := mkdir(t, root, "lazy")
+	mountLazyErofs(t, l.meta, p, lazy)
+	file := filepath.Join(lazy, "big/three-and-a-bit")
+	want, err := os.ReadFile(filepath.Join(src, "big/three-and-a-bit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `import hashlib, signal, sys
+signal.signal(signal.SIGUSR1, lambda *a: None)
+print("ready", flush=True)
+try:
+    data = open(sys.argv[1], "rb").read()
+except OSError as e:
+    print("error", e.errno, flush=True)
+    sys.exit(1)
+print("read", len(data), hashlib.sha256(data).hexdigest(), flush=True)
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", script, file)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "ready" {
+		t.Fatalf("the reader did not start: %q", lines.Text())
+	}
+	testenv.Recv(t, gate.entered, 10*time.Second, "the reader's fetch to reach the store")
+	for range 5 {
+		if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(gate.open)
+	lines.Scan()
+	got := lines.Text()
+	if err := testenv.WaitCmd(t, cmd, 30*time.Second, "the reader to exit"); err != nil {
+		t.Errorf("the reader: %v", err)
+	}
+	sum := sha256.Sum256(want)
+	if wantLine := fmt.Sprintf("read %d %x", len(want), sum); got != wantLine {
+		t.Errorf("the interrupted reader printed %q, want %q", got, wantLine)
+	}
 }

@@ -28,6 +28,8 @@ func (s *Server) Remove(ctx context.Context, digest string) error {
 
 func (s *Server) Stats() Stats { return Stats{} }
 
+func (s *Server) CompleteFile(digest string) (string, bool) { return "", false }
+
 func (s *Server) Dir() string { return "" }
 
 func (s *Server) Close() error { return nil }

@@ -16,7 +16,6 @@ import (
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/guest/agentproto"
-	"github.com/dsec-dev/dsec/internal/image/layerspec"
 	"github.com/dsec-dev/dsec/internal/network"
 	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/vm/vmconfig"
@@ -45,7 +44,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	var cu cleanup.Stack
 	defer cu.Clean()
 
-	dirs, release, err := r.opt.Layers.LayerDirs(ctx, spec.Image.Layers)
+	files, release, err := r.opt.Layers.Files(ctx, spec.Image.Layers)
 	if err != nil {
 		return nil, err
 	}
@@ -100,12 +99,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		cfg.UpperMiB = defaultUpperMiB
 	}
 	disks := []vmm.Disk{{Path: filepath.Join(dir, configDisk), Serial: vmconfig.DiskSerial}}
-	for i, d := range dirs {
+	for i, f := range files {
 		meta, blob := vmconfig.LayerSerials(i)
 		cfg.Layers = append(cfg.Layers, vmconfig.Layer{Meta: meta, Blob: blob})
 		disks = append(disks,
-			vmm.Disk{Path: filepath.Join(d, layerspec.MetaFile), Serial: meta},
-			vmm.Disk{Path: filepath.Join(d, layerspec.BlobFile), Serial: blob})
+			vmm.Disk{Path: f.Meta, Serial: meta},
+			vmm.Disk{Path: f.Blob, Serial: blob})
 	}
 	var upper *vmm.Disk
 	if r.upperKind() == UpperDisk {

@@ -109,8 +109,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,13 +139,14 @@ const (
 	minMemoryMiB = 128
 )
 
-// LayerFiles gives the directories holding layers' files. It exists so
-// that the runtime needs only this from the node's layer cache (and tests
-// can hand it any directories).
+// LayerFiles gives layers' files. It exists so that the runtime needs
+// only this from the node's layer cache (and tests can hand it any
+// files).
 type LayerFiles interface {
-	// LayerDirs returns, bottom first, a directory per layer holding its
-	// layerspec.MetaFile and layerspec.BlobFile, kept until release.
-	LayerDirs(ctx context.Context, layers []layerspec.Layer) (dirs []string, release func(), err error)
+	// Files returns, bottom first, each layer's metadata image and data
+	// blob (a file the node serves on demand, for a layer loaded
+	// lazily), kept until release.
+	Files(ctx context.Context, layers []layerspec.Layer) (files []layercache.LayerFile, release func(), err error)
 }
 
 // Options configure a Runtime.
@@ -324,24 +323,13 @@ func (r *Runtime) Close(ctx context.Context) error {
 	return nil
 }
 
-// CacheFiles is LayerFiles over the node's layer cache: Hold keeps the
-// layers (fetched and verified) from eviction while a VM uses them, and
-// their files are the cache's files/<hex> entries (Dir is the cache's
-// Options.Dir; see the layercache package doc for the layout).
+// CacheFiles is LayerFiles over the node's layer cache
+// (layercache.Cache.Files).
 type CacheFiles struct {
 	Cache *layercache.Cache
-	Dir   string
 }
 
-// LayerDirs implements LayerFiles.
-func (c CacheFiles) LayerDirs(ctx context.Context, layers []layerspec.Layer) ([]string, func(), error) {
-	release, err := c.Cache.Hold(ctx, layers)
-	if err != nil {
-		return nil, nil, err
-	}
-	dirs := make([]string, len(layers))
-	for i, l := range layers {
-		dirs[i] = filepath.Join(c.Dir, "files", strings.TrimPrefix(l.ID, "sha256:"))
-	}
-	return dirs, release, nil
+// Files implements LayerFiles.
+func (c CacheFiles) Files(ctx context.Context, layers []layerspec.Layer) ([]layercache.LayerFile, func(), error) {
+	return c.Cache.Files(ctx, layers)
 }

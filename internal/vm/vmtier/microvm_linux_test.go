@@ -157,7 +157,7 @@ func newRuntime(t testing.TB) (*Runtime, string) {
 	}
 	rt, err := New(context.Background(), Options{
 		StateDir: filepath.Join(dir, "vms"), CacheDir: kernelCache, Guest: guest, Version: "test",
-		Layers: CacheFiles{Cache: w.cache, Dir: filepath.Join(w.dir, "layers")},
+		Layers: CacheFiles{Cache: w.cache},
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
@@ -326,7 +326,7 @@ func TestConformance(t *testing.T) {
 			short := filepath.Join(os.TempDir(), "mvm-"+hex.EncodeToString(sum[:6]))
 			rt, err := New(context.Background(), Options{
 				StateDir: short, CacheDir: kernelCache, Guest: guest, Version: "test",
-				Layers: CacheFiles{Cache: w.cache, Dir: filepath.Join(w.dir, "layers")},
+				Layers: CacheFiles{Cache: w.cache},
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -138,11 +138,11 @@ func (r *Runtime) adopt(ctx context.Context, dir string) (*Sandbox, error) {
 			return nil, errors.New("its network is gone")
 		}
 	}
-	dirs, release, err := r.opt.Layers.LayerDirs(ctx, st.Spec.Image.Layers)
+	_, release, err := r.opt.Layers.Files(ctx, st.Spec.Image.Layers)
 	if err != nil {
 		return nil, err
 	}
-	_ = dirs // the VM has its disks open already
+	// (The VM has its disks open already: only the hold matters.)
 	vm, err := vmm.Adopt(ctx, st.VM, st.Pid)
 	if err != nil {
 		release()

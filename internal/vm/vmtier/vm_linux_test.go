@@ -64,7 +64,7 @@ func jailedRuntime(t testing.TB, m vmm.Machine, stateDir string) (*Runtime, *cgr
 	}
 	rt, err := New(context.Background(), Options{
 		StateDir: stateDir, CacheDir: kernelCache, Guest: guest, Version: "test",
-		Layers:  CacheFiles{Cache: w.cache, Dir: filepath.Join(w.dir, "layers")},
+		Layers:  CacheFiles{Cache: w.cache},
 		Logger:  slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Machine: m,
 		Jail:    &Jail{UIDBase: testUIDBase, UIDCount: 100, Cgroups: cg},
