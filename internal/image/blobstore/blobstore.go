@@ -6,6 +6,7 @@ package blobstore
 
 import (
 	"context"
+	"errors"
 	"io"
 )
 
@@ -33,4 +34,25 @@ type Store interface {
 	Delete(ctx context.Context, digest string) error
 	// List returns every stored blob.
 	List(ctx context.Context) ([]Info, error)
+}
+
+// ContextReader reads r until ctx ends: a copy of a blob stops then, and
+// an end of r that came with ctx's end is reported as ctx's error (a
+// source cut short by cancellation must not pass for a short blob).
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := c.r.Read(p)
+	if errors.Is(err, io.EOF) && c.ctx.Err() != nil {
+		err = c.ctx.Err()
+	}
+	return n, err
 }

@@ -67,7 +67,7 @@ func (l *Local) Put(ctx context.Context, digest string, r io.Reader) (Info, erro
 	}
 	defer os.Remove(tmp.Name())
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, r})
+	n, err := io.Copy(io.MultiWriter(tmp, h), ContextReader(ctx, r))
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -165,17 +165,4 @@ func (l *Local) List(ctx context.Context) ([]Info, error) {
 		out = append(out, Info{Digest: "sha256:" + e.Name(), Size: fi.Size()})
 	}
 	return out, nil
-}
-
-// ctxReader stops a copy when its context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/blobstore"
 	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/sys"
 )
@@ -111,7 +112,7 @@ func (c *Cache) fetchFile(ctx context.Context, hex string, ref layer.FileRef, ds
 	}
 	h := sha256.New()
 	// Read one byte past the size so a longer blob is caught.
-	n, err := io.CopyBuffer(io.MultiWriter(f, h), ctxReader{ctx, io.LimitReader(rc, ref.Size+1)}, make([]byte, 1<<20))
+	n, err := io.CopyBuffer(io.MultiWriter(f, h), blobstore.ContextReader(ctx, io.LimitReader(rc, ref.Size+1)), make([]byte, 1<<20))
 	if err == nil {
 		err = f.Sync()
 	}
@@ -169,7 +170,7 @@ func hashFile(ctx context.Context, p string) (int64, string, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, ctxReader{ctx, f}, make([]byte, 1<<20))
+	n, err := io.CopyBuffer(h, blobstore.ContextReader(ctx, f), make([]byte, 1<<20))
 	if err != nil {
 		return 0, "", err
 	}
@@ -277,16 +278,3 @@ func hexString(b []byte) string { return hex.EncodeToString(b) }
 
 // validHex reports whether s is 64 lower-case hex digits.
 func validHex(s string) bool { return layer.ValidDigest("sha256:" + s) }
-
-// ctxReader stops a copy when its context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/blobstore"
 	"github.com/dsec-dev/dsec/internal/image/chunks"
 )
 
@@ -191,7 +192,7 @@ func (b *blob) fetchOnce(ctx context.Context, i int) ([]byte, error) {
 	data := make([]byte, n)
 	rc, err := b.src.ReadRange(ctx, b.idx.Digest, off, n)
 	if err == nil {
-		_, err = io.ReadFull(ctxReader{ctx, rc}, data)
+		_, err = io.ReadFull(blobstore.ContextReader(ctx, rc), data)
 		rc.Close()
 	}
 	if err != nil {
@@ -238,21 +239,4 @@ func (b *blob) close() error {
 		b.log.Warn("closing while a chunk fetch runs past its deadline; its source ignores cancellation")
 	}
 	return b.cache.close()
-}
-
-// ctxReader stops a read when its context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	n, err := c.r.Read(p)
-	if errors.Is(err, io.EOF) && c.ctx.Err() != nil {
-		err = c.ctx.Err()
-	}
-	return n, err
 }
