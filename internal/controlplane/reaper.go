@@ -99,6 +99,13 @@ func (m *Manager) background(ctx context.Context, what, id string, fn func(conte
 // retryDestroy finishes a destroy that a previous attempt (or a previous
 // process) left in stopping.
 func (m *Manager) retryDestroy(ctx context.Context, rec store.SandboxRecord) error {
+	// rec may be a stale copy: the reaper and a reconciliation can both
+	// pick the same stopping record, one after the other (background runs
+	// one at a time per sandbox, not once). Finished meanwhile: nothing
+	// to do, and no second destroy on the node.
+	if cur, _, ok := m.cache.get(rec.ID); ok && cur.State != api.StateStopping {
+		return nil
+	}
 	if err := m.nodes.Destroy(ctx, rec.Node, rec.ID); err != nil {
 		return err
 	}

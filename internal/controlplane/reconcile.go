@@ -63,6 +63,9 @@ func (m *Manager) reconcile(ctx context.Context, node string) {
 		case api.StateStopping:
 			rec := rec
 			m.background(ctx, "finishing destroy", rec.ID, func(ctx context.Context) error { return m.retryDestroy(ctx, rec) })
+			// Being destroyed: not an orphan below, even if the destroy
+			// has finished (and its record stopped) by then.
+			present[rec.ID] = false
 			stopping++
 		}
 	}

@@ -56,9 +56,13 @@ func TestReconcileAfterRestart(t *testing.T) {
 		slices.Sort(d)
 		return d
 	}
-	waitFor(t, "the reconciliation's destroys", func() bool {
-		return slices.Equal(destroyed(), wantDestroyed) && h.state(t, "sb-stopping") == api.StateStopped
-	})
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(destroyed(), wantDestroyed) || h.state(t, "sb-stopping") != api.StateStopped {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 5 s for the reconciliation's destroys: destroyed %q (want %q), sb-stopping %s", destroyed(), wantDestroyed, h.state(t, "sb-stopping"))
+		}
+		time.Sleep(time.Millisecond)
+	}
 
 	want := map[string]struct {
 		state  api.State
