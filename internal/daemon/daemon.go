@@ -435,6 +435,7 @@ func (d *daemon) lazyBlobs(ctx context.Context) (*lazyblob.Server, error) {
 		Dir:          filepath.Join(d.cfg.DataDir, "node", "lazy"),
 		CacheDir:     filepath.Join(d.cfg.DataDir, "chunks"),
 		FetchTimeout: time.Duration(d.cfg.Images.LazyFetchTimeoutS) * time.Second,
+		Complete:     true, // the rest of a layer streams in while its sandboxes pause
 		Logger:       d.log,
 	})
 }

@@ -27,9 +27,19 @@ type blob struct {
 	timeout time.Duration
 	fills   sync.WaitGroup // the fetches running
 
-	mu      sync.Mutex // guards following fields
-	flights map[int]*flight
-	closed  bool
+	// complete, if set, fetches the chunks no reader asked for in the
+	// background once reads pause (complete.go).
+	complete bool
+	// life ends when the blob is closed (kill): fetches and the
+	// completer stop then.
+	life context.Context
+	kill context.CancelFunc
+
+	mu         sync.Mutex // guards following fields
+	flights    map[int]*flight
+	closed     bool
+	completing bool      // the completer has been started
+	lastMiss   time.Time // when a reader last waited for a fetch
 }
 
 // flight is one chunk's fetch (or, for a chunk an earlier run cached,
@@ -44,8 +54,9 @@ type flight struct {
 }
 
 func newBlob(idx chunks.Index, src Source, cache *chunkCache, stats *counters, log *slog.Logger, timeout time.Duration) *blob {
+	life, kill := context.WithCancel(context.Background())
 	return &blob{idx: idx, src: src, cache: cache, stats: stats, timeout: timeout, flights: map[int]*flight{},
-		log: log.With("blob", idx.Digest)}
+		log: log.With("blob", idx.Digest), life: life, kill: kill}
 }
 
 // read reads the bytes [off, off+n) of the blob, n > 0 and within the
@@ -92,6 +103,12 @@ func (b *blob) read(ctx context.Context, buf []byte, off, n int64) ([]byte, erro
 // its bytes. It waits for the chunk's fetch at most until the fetch's
 // deadline, even if the source does not return by then.
 func (b *blob) chunk(ctx context.Context, i int) ([]byte, error) {
+	return b.get(ctx, i, false)
+}
+
+// get is chunk; background says the completer asks, which does not
+// count as a reader's wait (the completer yields to those).
+func (b *blob) get(ctx context.Context, i int, background bool) ([]byte, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -110,6 +127,10 @@ func (b *blob) chunk(ctx context.Context, i int) ([]byte, error) {
 		go b.fill(i, f)
 	}
 	f.waiters++
+	if !background {
+		b.lastMiss = time.Now()
+		b.startCompleterLocked()
+	}
 	b.mu.Unlock()
 
 	timer := time.NewTimer(time.Until(f.deadline))
@@ -130,7 +151,7 @@ func (b *blob) chunk(ctx context.Context, i int) ([]byte, error) {
 // fill runs flight f for chunk i.
 func (b *blob) fill(i int, f *flight) {
 	defer b.fills.Done()
-	ctx, cancel := context.WithDeadline(context.Background(), f.deadline)
+	ctx, cancel := context.WithDeadline(b.life, f.deadline)
 	defer cancel()
 	fetched, data, err := b.load(ctx, i)
 	b.mu.Lock()
@@ -221,13 +242,15 @@ func (b *blob) timeoutErr(i int, err error) error {
 		"chunk %d of blob %s was not fetched within %v", i, b.idx.Digest, b.timeout)
 }
 
-// close stops new fetches, waits up to the fetch timeout for those
-// running (a source that ignores its context is left behind, logged) and
+// close stops new fetches and the completer, cancels the fetches running
+// (their sources see their context end), waits for them up to the fetch
+// timeout (a source that ignores its context is left behind, logged) and
 // closes the cache.
 func (b *blob) close() error {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
+	b.kill()
 	done := make(chan struct{})
 	go func() {
 		b.fills.Wait()

@@ -33,6 +33,11 @@
 // Source that ignores its context. With every chunk in hand, the reply
 // is read from the cache file (or, for a chunk that could not be written
 // there, from memory).
+// With Options.Complete, a blob whose first chunk a reader fetched has
+// its other chunks fetched too, in order, one at a time, whenever no
+// reader has waited for a fetch for a moment (complete.go): later reads
+// find them local, and a blob fetched whole can be read from its cache
+// file directly (CompleteFile).
 // The blob file is opened for direct I/O, so the kernel keeps no pages
 // of it: the chunks are in the page cache already as the cache file's,
 // and what EROFS read as its files'.
@@ -60,7 +65,8 @@
 // Server.mu guards the set of served blobs, each one's name and count of
 // open files, and the closed flag; go-fuse's own locks are taken under it
 // (adding and removing names), never the other way round. blob.mu guards
-// the blob's fetches in flight and its closed flag. chunkCache.mu guards
+// the blob's fetches in flight, its closed flag, whether its completer
+// was started and when a reader last waited. chunkCache.mu guards
 // the chunks' states, the bitmap and the writes of the bitmap file. The
 // order is Server.mu, then blob.mu, then chunkCache.mu; no lock is held
 // while a chunk is fetched, hashed or written. chunks.Index values are not
@@ -124,6 +130,9 @@ type Options struct {
 	// Logger receives warnings (failed and corrupt fetches, a forced
 	// unmount) and notes (a dead mount detached); nil discards them.
 	Logger *slog.Logger
+	// Complete fetches the rest of a blob in the background once a
+	// reader has fetched a chunk of it, while reads pause (complete.go).
+	Complete bool
 }
 
 // withDefaults checks o and fills in its defaults. Errors: class Invalid,

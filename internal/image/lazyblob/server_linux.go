@@ -38,6 +38,7 @@ const (
 type Server struct {
 	dir, cacheDir string
 	timeout       time.Duration
+	complete      bool // Options.Complete
 	log           *slog.Logger
 	lock          *os.File // holds the cache directory's flock
 	root          *rootNode
@@ -97,7 +98,7 @@ func Mount(ctx context.Context, opt Options) (*Server, error) {
 		return nil, fmt.Errorf("mounting lazy blobs: %w", err)
 	}
 	cu.Add(func() { _, _ = sys.UnmountFUSE(opt.Dir) }) // undoing a failed Mount; its error is the one to report
-	s := &Server{dir: opt.Dir, cacheDir: opt.CacheDir, timeout: opt.FetchTimeout, log: opt.Logger, lock: lock,
+	s := &Server{dir: opt.Dir, cacheDir: opt.CacheDir, timeout: opt.FetchTimeout, complete: opt.Complete, log: opt.Logger, lock: lock,
 		root: &rootNode{}, served: make(chan struct{}), blobs: map[string]*entry{}}
 	entryTimeout, attrTimeout := time.Duration(0), time.Hour // names come and go; a file's attributes never change
 	fsys := fs.NewNodeFS(s.root, &fs.Options{
@@ -212,6 +213,7 @@ func (s *Server) Add(ctx context.Context, idx chunks.Index, src Source) (string,
 			return "", err
 		}
 		e = &entry{b: newBlob(idx, src, cache, &s.stats, s.log, s.timeout)}
+		e.b.complete = s.complete
 		s.blobs[name] = e
 	}
 	// New, or removed but still open (then named again). A new inode
