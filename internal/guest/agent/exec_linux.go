@@ -50,12 +50,13 @@ func (a *agent) exec(c *agentproto.Call, args agentproto.ExecArgs) {
 	var (
 		pumps sync.WaitGroup
 		trunc [3]bool
+		dr    drain
 	)
 	pump := func(ch agentproto.Channel, f *os.File) {
 		defer pumps.Done()
 		sent := 0
 		var sendErr error
-		readOutput(f, func(b []byte) bool {
+		dr.readOutput(f, func(b []byte) bool {
 			room := args.MaxOutputBytes - sent
 			if room <= 0 {
 				trunc[ch] = true
@@ -93,17 +94,18 @@ func (a *agent) exec(c *agentproto.Call, args agentproto.ExecArgs) {
 		theReaper.signalGroup(p, syscall.SIGKILL)
 		<-p.exited
 	}
-	a.finishIO(p, pio, &pumps, fcancel, fed)
+	a.finishIO(p, pio, &pumps, &dr, fcancel, fed)
 	res := endResult(p, timedOut, cancelled)
 	res.StdoutTruncated, res.StderrTruncated = trunc[agentproto.ChanOut], trunc[agentproto.ChanErr]
 	c.Reply(res, nil)
 }
 
-// finishIO ends a command's I/O once it has exited: output still held by
-// processes it left behind is read for drainGrace at most (so `cmd &`
-// does not hold the call open), then the stdin feeder is stopped and
-// everything closed.
-func (a *agent) finishIO(p *proc, pio stdio, pumps *sync.WaitGroup, stopFeed func(), fed <-chan struct{}) {
+// finishIO ends a command's I/O once it has exited: its output is read
+// on until drainGrace passes with nothing to read, or drainCap in all
+// (so `cmd &` does not hold the call open), then the stdin feeder is
+// stopped and everything closed.
+func (a *agent) finishIO(p *proc, pio stdio, pumps *sync.WaitGroup, dr *drain, stopFeed func(), fed <-chan struct{}) {
+	dr.start()
 	grace := time.Now().Add(drainGrace)
 	pio.stdout.SetReadDeadline(grace)
 	if pio.stderr != nil {
@@ -175,10 +177,13 @@ func (a *agent) startBackground(c *agentproto.Call, args *agentproto.ExecArgs) {
 // supervise runs a background process's I/O until it exits (or its
 // timeout kills it), then records its result.
 func (a *agent) supervise(p *proc, pio stdio, args agentproto.ExecArgs, timeout time.Duration) {
-	var pumps sync.WaitGroup
+	var (
+		pumps sync.WaitGroup
+		dr    drain
+	)
 	pump := func(ch agentproto.Channel, f *os.File, capture *sandbox.Capture) {
 		defer pumps.Done()
-		readOutput(f, func(b []byte) bool {
+		dr.readOutput(f, func(b []byte) bool {
 			capture.Write(b)
 			p.publish(ch, b)
 			return false
@@ -217,7 +222,7 @@ func (a *agent) supervise(p *proc, pio stdio, args agentproto.ExecArgs, timeout 
 		<-p.exited
 	}
 	p.stdinShut.Store(true) // finishIO closes it: pio.stdin is p.stdin
-	a.finishIO(p, pio, &pumps, fcancel, fed)
+	a.finishIO(p, pio, &pumps, &dr, fcancel, fed)
 	res := endResult(p, timedOut, false)
 	_, res.StdoutTruncated = p.stdout.Result()
 	_, res.StderrTruncated = p.stderr.Result()

@@ -420,12 +420,38 @@ func (a *agent) killAll() {
 	}
 }
 
+// drain is how a command's output is read once it has exited: on while
+// it keeps coming (each read may wait drainGrace), drainCap in all. A
+// fixed grace from the exit lost output the command had written before
+// it exited, when the reader was slow to get to it (a loaded machine, a
+// slow node connection): up to a pipe's buffer of it.
+type drain struct {
+	on    atomic.Bool
+	until time.Time // set before on
+}
+
+// drainCap bounds the reading of an exited command's output.
+const drainCap = 10 * time.Second
+
+func (d *drain) start() {
+	d.until = time.Now().Add(drainCap)
+	d.on.Store(true)
+}
+
 // readOutput reads f until it ends (EOF, EIO from a PTY whose terminal
 // is closed, a read deadline, Close), handing each chunk to emit, which
-// returns whether it kept the buffer.
-func readOutput(f *os.File, emit func([]byte) bool) {
+// returns whether it kept the buffer. Once d has started, each read may
+// wait drainGrace (within the cap).
+func (d *drain) readOutput(f *os.File, emit func([]byte) bool) {
 	buf := make([]byte, agentproto.ChunkSize)
 	for {
+		if d.on.Load() {
+			next := time.Now().Add(drainGrace)
+			if next.After(d.until) {
+				next = d.until
+			}
+			f.SetReadDeadline(next)
+		}
 		n, err := f.Read(buf)
 		if n > 0 && emit(buf[:n]) {
 			buf = make([]byte, agentproto.ChunkSize)

@@ -51,7 +51,7 @@ func (f *firstThenStall) ReadRange(ctx context.Context, digest string, off, n in
 		return f.Source.ReadRange(ctx, digest, off, n)
 	}
 	f.calls <- struct{}{}
-	<-ctx.Done()
+	<-ctx.Done() // bounded: the fetch's deadline, or the blob's close, ends ctx
 	return nil, ctx.Err()
 }
 
