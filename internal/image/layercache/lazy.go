@@ -55,22 +55,24 @@ func lazyCached(dir string) bool {
 }
 
 // blobPath returns the data blob to mount layer hex with: its file in
-// files/<hex>, or for a lazily cached layer the file LazyBlobs serves.
-func (c *Cache) blobPath(ctx context.Context, hex string) (string, error) {
+// files/<hex>, or for a lazily cached layer (lazy) the file LazyBlobs
+// serves.
+func (c *Cache) blobPath(ctx context.Context, hex string) (path string, lazy bool, err error) {
 	files := c.filesDir(hex)
 	if !lazyCached(files) {
-		return filepath.Join(files, layer.BlobFile), nil
+		return filepath.Join(files, layer.BlobFile), false, nil
 	}
 	if c.lazy == nil {
 		// Cached lazily by an earlier run with on-demand loading on;
 		// prepareLayer fetches such files again before mounting.
-		return "", errdefs.New(errdefs.Internal, api.CodeLayerCorrupt, "layer sha256:%s is cached without its data, and on-demand loading is off", hex)
+		return "", true, errdefs.New(errdefs.Internal, api.CodeLayerCorrupt, "layer sha256:%s is cached without its data, and on-demand loading is off", hex)
 	}
 	idx, err := readIndex(files)
 	if err != nil {
-		return "", corrupt(hex, "%v", err)
+		return "", true, corrupt(hex, "%v", err)
 	}
-	return c.lazy.Add(ctx, idx, c.store)
+	path, err = c.lazy.Add(ctx, idx, c.store)
+	return path, true, err
 }
 
 // readIndex reads the chunk index in a layer's files directory (its
@@ -167,7 +169,7 @@ func (c *Cache) Files(ctx context.Context, layers []Layer) ([]LayerFile, func(),
 	out := make([]LayerFile, len(layers))
 	for i, l := range layers {
 		hex := strings.TrimPrefix(l.ID, "sha256:")
-		blob, err := c.blobPath(ctx, hex)
+		blob, _, err := c.blobPath(ctx, hex)
 		if err != nil {
 			release()
 			return nil, nil, err
@@ -186,11 +188,11 @@ func (c *Cache) mountErofs(ctx context.Context, e *layerEntry, target string) er
 	hex := e.hex
 	c.promote(e)
 	meta := filepath.Join(c.filesDir(hex), layer.MetaFile)
-	blob, err := c.blobPath(ctx, hex)
+	blob, lazy, err := c.blobPath(ctx, hex)
 	if err != nil {
 		return err
 	}
-	if !lazyCached(c.filesDir(hex)) {
+	if !lazy {
 		err = sys.MountErofs(meta, blob, target)
 	} else {
 		var tuned bool

@@ -113,6 +113,18 @@ type testLayer struct {
 	idx        chunks.Index
 }
 
+// treeLayer is most tests' start: the host checked, a directory checked
+// for leftovers at the end (leakCheck), makeTree's tree in root/src and
+// the layer built from it.
+func treeLayer(t testing.TB) (root, src string, l testLayer) {
+	t.Helper()
+	requireHost(t)
+	root = leakCheck(t)
+	src = mkdir(t, root, "src")
+	makeTree(t, src)
+	return root, src, buildLayer(t, root, src)
+}
+
 // buildLayer builds a layer from src and stores its blob.
 func buildLayer(t testing.TB, root, src string) testLayer {
 	t.Helper()

@@ -32,11 +32,7 @@ import (
 // same, a small read fetches only a few chunks, and a whole walk fetches
 // each chunk at most once.
 func TestLazyLayer(t *testing.T) {
-	requireHost(t)
-	root := leakCheck(t)
-	src := mkdir(t, root, "src")
-	makeTree(t, src)
-	l := buildLayer(t, root, src)
+	root, _, l := treeLayer(t)
 	chunks := len(l.idx.Chunks)
 	if chunks < 8 {
 		t.Fatalf("the blob has %d chunks; the test wants a few more", chunks)
@@ -123,11 +119,7 @@ func checkMapped(t *testing.T, p string, want []byte) {
 // fails the reads that need it with EIO, every time, and never reaches a
 // reader; the rest of the layer reads fine.
 func TestCorruptChunk(t *testing.T) {
-	requireHost(t)
-	root := leakCheck(t)
-	src := mkdir(t, root, "src")
-	makeTree(t, src)
-	l := buildLayer(t, root, src)
+	root, _, l := treeLayer(t)
 	const bad = 2
 	off, n := l.idx.Range(bad)
 	corruptStored(t, l.store, l.idx.Digest, off+n/2, 4096)
@@ -187,11 +179,7 @@ func TestCorruptChunk(t *testing.T) {
 // TestStalledSource: a store that stops answering fails the read with
 // EIO once the fetch timeout passes; the reader does not hang.
 func TestStalledSource(t *testing.T) {
-	requireHost(t)
-	root := leakCheck(t)
-	src := mkdir(t, root, "src")
-	makeTree(t, src)
-	l := buildLayer(t, root, src)
+	root, _, l := treeLayer(t)
 	stall := stallSource{calls: make(chan struct{}, 1)}
 	const timeout = 300 * time.Millisecond
 	s := mountServer(t, Options{Dir: mkdir(t, root, "blobs"), CacheDir: mkdir(t, root, "cache"), FetchTimeout: timeout})
@@ -220,11 +208,7 @@ func TestStalledSource(t *testing.T) {
 // TestRemountReusesCache: a server mounted again over the same cache
 // serves what the first one fetched without fetching it again.
 func TestRemountReusesCache(t *testing.T) {
-	requireHost(t)
-	root := leakCheck(t)
-	src := mkdir(t, root, "src")
-	makeTree(t, src)
-	l := buildLayer(t, root, src)
+	root, _, l := treeLayer(t)
 	cacheDir, blobs, lazy := mkdir(t, root, "cache"), mkdir(t, root, "blobs"), mkdir(t, root, "lazy")
 	eager := mkdir(t, root, "eager")
 	mountErofs(t, l.meta, l.blob, eager)
@@ -272,11 +256,7 @@ func TestRemountReusesCache(t *testing.T) {
 // TestRemove: a removed blob's name goes at once; an EROFS mount that has
 // it open reads on until unmounted, and the blob is then let go.
 func TestRemove(t *testing.T) {
-	requireHost(t)
-	root := leakCheck(t)
-	src := mkdir(t, root, "src")
-	makeTree(t, src)
-	l := buildLayer(t, root, src)
+	root, _, l := treeLayer(t)
 	s := mountServer(t, Options{Dir: mkdir(t, root, "blobs"), CacheDir: mkdir(t, root, "cache")})
 	ctx := context.Background()
 	p, err := s.Add(ctx, l.idx, l.store)
@@ -334,11 +314,7 @@ func TestRemove(t *testing.T) {
 // the FUSE mount away anyway (reads through the EROFS mount then fail)
 // and leaves no FUSE mount behind.
 func TestCloseInUse(t *testing.T) {
-	requireHost(t)
-	root := leakCheck(t)
-	src := mkdir(t, root, "src")
-	makeTree(t, src)
-	l := buildLayer(t, root, src)
+	root, _, l := treeLayer(t)
 	log, lb := newLog()
 	blobs := mkdir(t, root, "blobs")
 	s, err := Mount(context.Background(), Options{Dir: blobs, CacheDir: mkdir(t, root, "cache"), Logger: log})
@@ -551,11 +527,7 @@ func TestCompleteFile(t *testing.T) {
 // kernel interrupts must not fail.) The reader is a Python process with
 // a SIGUSR1 handler, signalled while the store holds the fetch.
 func TestInterruptedRead(t *testing.T) {
-	requireHost(t)
-	root := leakCheck(t)
-	src := mkdir(t, root, "src")
-	makeTree(t, src)
-	l := buildLayer(t, root, src)
+	root, src, l := treeLayer(t)
 	gate := &gatedSource{src: l.store, open: make(chan struct{}), entered: make(chan struct{}, 64)}
 	s := mountServer(t, Options{Dir: mkdir(t, root, "blobs"), CacheDir: mkdir(t, root, "cache")})
 	p, err := s.Add(context.Background(), l.idx, gate)
