@@ -381,8 +381,15 @@ func checkSpec(spec *sandbox.Spec) error {
 // findGuest returns the agent binary's path in the topmost layer that has
 // it: a file on a read-only erofs mount, which nothing in a sandbox can
 // write (the CVE-2019-5736 class of attack has no file to overwrite).
+// A state layer (a snapshot) is skipped: it holds what a sandbox wrote,
+// and a sandbox that wrote its own program there must not have it run as
+// its children's first process, which sets them up with every capability
+// of their namespaces and before their seccomp filter.
 func (r *Runtime) findGuest(ctx context.Context, layers []layerspec.Layer) (string, func(), error) {
 	for i := len(layers) - 1; i >= 0; i-- {
+		if layers[i].Manifest.Source.Kind == layerspec.SourceState {
+			continue
+		}
 		dir, release, err := r.opt.Layers.View(ctx, layers[i:i+1])
 		if err != nil {
 			return "", nil, err
