@@ -76,7 +76,8 @@ func sandboxAgent(stderr io.Writer) int {
 		fmt.Fprintf(syncPipe, "the node's connection: %v", err)
 		return 1
 	}
-	ln, cfg, err := setup.SetupSandbox(os.NewFile(3, "sandbox-config"))
+	unixFirst, _ := first.(*net.UnixConn)
+	ln, cfg, err := setup.SetupSandbox(os.NewFile(3, "sandbox-config"), unixFirst)
 	if err != nil {
 		fmt.Fprintf(stderr, "dsec-guest sandbox: %v\n", err)
 		fmt.Fprintf(syncPipe, "%v", err)

@@ -145,6 +145,11 @@ type Container struct {
 	// started for each of the last images used (container.Options.Warm):
 	// 0 means 2, a negative value none.
 	WarmPool int `toml:"warm_pool"`
+	// WarmAgents is how many idle agents, bound to any image's root when
+	// a create claims one, are kept started (container.Options.WarmAgents):
+	// they serve the images without warm sandboxes of their own, a
+	// fork's children among them. 0 means 16, a negative value none.
+	WarmAgents int `toml:"warm_agents"`
 	// Uplinks are the interfaces allowed egress leaves by (default: those
 	// of the default routes).
 	Uplinks []string `toml:"uplinks"`

@@ -85,6 +85,10 @@ type Options struct {
 	// the last images asked for, without network access (warm.go); 0:
 	// no pool.
 	Warm int
+	// WarmAgents is how many idle agents, which take any image's root
+	// when claimed, are kept started for each agent binary in use
+	// (idle.go); 0: none.
+	WarmAgents int
 	// PhaseTimeout bounds a phase change's freeze and the end of the
 	// earlier phase's processes; 0 means 30 s.
 	PhaseTimeout time.Duration
@@ -186,7 +190,7 @@ func New(ctx context.Context, opt Options) (*Runtime, error) {
 		return nil, fmt.Errorf("starting the forker: %w", err)
 	}
 	return &Runtime{opt: opt, log: opt.Logger.With("tier", Tier), forker: fk, sandboxes: map[string]*Sandbox{},
-		warm: newWarmPool(opt.Warm), owners: newOwners(opt.HostUID, opt.IDCount), node: nodeMark(opt.StateDir)}, nil
+		warm: newWarmPool(opt.Warm, opt.WarmAgents), owners: newOwners(opt.HostUID, opt.IDCount), node: nodeMark(opt.StateDir)}, nil
 }
 
 // forkers is how many threads fork sandboxes (a fork takes ~1 ms of CPU).

@@ -172,15 +172,10 @@ func diskMB(spec sandbox.Spec) int {
 func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *Sandbox, err error) {
 	var cu cleanup.Stack
 	defer cu.Clean()
-	dir := r.sandboxDir(spec.ID)
-	// Searchable, not listable, by the sandbox's root (see reachable).
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return nil, fmt.Errorf("creating sandbox directory: %w", err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
+	dir, err := r.newDir(spec.ID, &cu)
+	if err != nil {
 		return nil, err
 	}
-	cu.Add(func() { _ = os.RemoveAll(dir) })
 	st := &state{Spec: spec, Created: time.Now().UTC(), Warm: warm}
 
 	// The agent binary: from the image's toolkit layer mount, read-only.
@@ -189,49 +184,12 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 		return nil, err
 	}
 	defer releaseGuest()
-
-	// Writable upper: a tmpfs of the sandbox's disk size (its pages are
-	// charged to the sandbox's memory cgroup, the process that writes them).
-	upper := filepath.Join(dir, "upper")
-	if err := os.Mkdir(upper, 0o700); err != nil {
-		return nil, err
-	}
-	disk := diskMB(spec)
-	// nr_inodes caps files as size caps bytes (one inode per 4 KiB of
-	// disk, at least 16 Ki): without it a sandbox could pin kernel memory
-	// with empty files.
-	inodes := max(disk*256, 16384)
-	if err := sys.MountTmpfs("dsec-upper", upper, fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0755,uid=%d,gid=%d", disk, inodes, r.opt.HostUID, r.opt.HostGID)); err != nil {
-		return nil, err
-	}
-	cu.Add(func() { _ = sys.Unmount(upper) })
-
-	// The root never enters the host's mount table (see DetachedRoot):
-	// the sandbox attaches it in its own, on an empty directory.
-	rootFD, releaseRoot, err := r.opt.Layers.DetachedRoot(ctx, spec.ID, spec.Image.Layers, upper)
+	root, err := r.newRoot(ctx, dir, spec, &cu)
 	if err != nil {
 		return nil, err
 	}
-	cu.Add(releaseRoot)
-	defer rootFD.Close()
-	// A handle on the upper, for step marks and snapshots (steps.go):
-	// the only way to it once it is detached. It holds the tmpfs too,
-	// until Destroy closes it.
-	upperDir, upperRoot, err := openUpper(filepath.Join(upper, "upper"))
-	if err != nil {
-		return nil, err
-	}
-	cu.Add(func() { upperRoot.Close(); upperDir.Close() })
-	// The overlay holds its upper: the tmpfs leaves the table too, and
-	// goes with the last mount of the root.
-	if err := sys.DetachMount(upper); err != nil {
-		return nil, err
-	}
-	rootfs := filepath.Join(dir, "root")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return nil, err
-	}
-	st.Rootfs = rootfs
+	defer root.fd.Close()
+	st.Rootfs = root.path
 
 	limits := r.limits(spec)
 	if warm {
@@ -240,15 +198,10 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 		// use (on 2 cores it did, by milliseconds). A claim restores it.
 		limits.CPUWeight = 2
 	}
-	cg, err := r.opt.Cgroups.Create(ctx, spec.ID, limits)
+	cg, err := r.newCgroups(ctx, spec.ID, limits, &cu)
 	if err != nil {
 		return nil, err
 	}
-	cu.Add(func() {
-		if err := cg.Destroy(context.Background()); err != nil {
-			r.log.Warn("removing cgroups of a failed create", "sandbox", spec.ID, "err", err)
-		}
-	})
 	st.CgroupBase = cg.Base()
 
 	policy, linked, err := network.Initial(spec.Network, spec.Phases)
@@ -270,57 +223,164 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 		})
 		st.Netns = ep.NetnsPath
 	}
+	cfg, err := r.firstConfig(dir, spec, ep)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Rootfs, cfg.RootFD = root.path, 6
+	if st.Owner, err = r.takeOwner(&cu); err != nil {
+		return nil, err
+	}
+	run, err := r.startFirst(ctx, guestExe, dir, ep.NetnsPath, cg, cfg, root.fd, st.Owner, &cu)
+	if err != nil {
+		return nil, startError(ctx, spec.ID, err)
+	}
+	st.Pid = run.pid
+	if err := st.write(dir); err != nil {
+		run.client.Close()
+		return nil, err
+	}
+	cu.Release()
+	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, agent: agentsandbox.NewAgent(Tier, spec.ID, run.client), cg: cg, wait: run.wait, releaseRoot: root.release, upper: root.upper, upperDir: root.upperDir}, nil
+}
 
+// newDir makes the directory of sandbox id, removed by cu.
+func (r *Runtime) newDir(id string, cu *cleanup.Stack) (string, error) {
+	dir := r.sandboxDir(id)
+	// Searchable, not listable, by the sandbox's root (see reachable).
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return "", fmt.Errorf("creating sandbox directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		_ = os.Remove(dir)
+		return "", err
+	}
+	cu.Add(func() { _ = os.RemoveAll(dir) })
+	return dir, nil
+}
+
+// newRoot is a sandbox's root as build and bindIdle make it: a detached
+// overlay of its layers over a writable upper, and where it is attached.
+type newRoot struct {
+	fd       *os.File // the detached root, for the sandbox (the caller closes it)
+	path     string   // the empty directory it is attached on
+	release  func()   // drops the layers' references
+	upper    *os.Root // the upper, for step marks and snapshots
+	upperDir *os.File
+}
+
+// newRoot makes spec's root in the sandbox directory dir; cu undoes it.
+func (r *Runtime) newRoot(ctx context.Context, dir string, spec sandbox.Spec, cu *cleanup.Stack) (newRoot, error) {
+	// Writable upper: a tmpfs of the sandbox's disk size (its pages are
+	// charged to the sandbox's memory cgroup, the process that writes them).
+	upper := filepath.Join(dir, "upper")
+	if err := os.Mkdir(upper, 0o700); err != nil {
+		return newRoot{}, err
+	}
+	disk := diskMB(spec)
+	// nr_inodes caps files as size caps bytes (one inode per 4 KiB of
+	// disk, at least 16 Ki): without it a sandbox could pin kernel memory
+	// with empty files.
+	inodes := max(disk*256, 16384)
+	if err := sys.MountTmpfs("dsec-upper", upper, fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0755,uid=%d,gid=%d", disk, inodes, r.opt.HostUID, r.opt.HostGID)); err != nil {
+		return newRoot{}, err
+	}
+	cu.Add(func() { _ = sys.Unmount(upper) })
+
+	// The root never enters the host's mount table (see DetachedRoot):
+	// the sandbox attaches it in its own, on an empty directory.
+	rootFD, releaseRoot, err := r.opt.Layers.DetachedRoot(ctx, spec.ID, spec.Image.Layers, upper)
+	if err != nil {
+		return newRoot{}, err
+	}
+	cu.Add(releaseRoot)
+	cu.Add(func() { rootFD.Close() })
+	// A handle on the upper, for step marks and snapshots (steps.go):
+	// the only way to it once it is detached. It holds the tmpfs too,
+	// until Destroy closes it.
+	upperDir, upperRoot, err := openUpper(filepath.Join(upper, "upper"))
+	if err != nil {
+		return newRoot{}, err
+	}
+	cu.Add(func() { upperRoot.Close(); upperDir.Close() })
+	// The overlay holds its upper: the tmpfs leaves the table too, and
+	// goes with the last mount of the root.
+	if err := sys.DetachMount(upper); err != nil {
+		return newRoot{}, err
+	}
+	rootfs := filepath.Join(dir, "root")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return newRoot{}, err
+	}
+	return newRoot{fd: rootFD, path: rootfs, release: releaseRoot, upper: upperRoot, upperDir: upperDir}, nil
+}
+
+// newCgroups makes sandbox id's cgroups; cu removes them.
+func (r *Runtime) newCgroups(ctx context.Context, id string, limits cgroups.Limits, cu *cleanup.Stack) (*cgroups.Group, error) {
+	cg, err := r.opt.Cgroups.Create(ctx, id, limits)
+	if err != nil {
+		return nil, err
+	}
+	cu.Add(func() {
+		if err := cg.Destroy(context.Background()); err != nil {
+			r.log.Warn("removing cgroups of a failed create", "sandbox", id, "err", err)
+		}
+	})
+	return cg, nil
+}
+
+// firstConfig is the config of the first process of sandbox spec, in
+// dir, on endpoint ep, without its root; it makes its socket directory.
+func (r *Runtime) firstConfig(dir string, spec sandbox.Spec, ep *network.Endpoint) (setup.SandboxConfig, error) {
 	sockDir := filepath.Join(dir, "sock")
 	if err := os.Mkdir(sockDir, 0o700); err != nil {
-		return nil, err
+		return setup.SandboxConfig{}, err
 	}
 	// The agent (sandbox root) creates its socket here.
 	if err := os.Chown(sockDir, r.opt.HostUID, r.opt.HostGID); err != nil {
-		return nil, err
+		return setup.SandboxConfig{}, err
 	}
 	caps := sandbox.MaxCapabilities(spec)
 	prog, err := r.seccomp(caps)
 	if err != nil {
-		return nil, err
+		return setup.SandboxConfig{}, err
 	}
 	cfg := setup.SandboxConfig{
 		KeepCaps: capNumbers(caps),
-		Rootfs:   rootfs, RootFD: 6, SockDir: sockDir, Hostname: agentsandbox.Hostname(spec.ID),
+		SockDir:  sockDir, Hostname: agentsandbox.Hostname(spec.ID),
 		Hosts:      agentsandbox.HostsFile(spec.ID, ep),
 		ResolvConf: agentsandbox.ResolvConf(ep),
 		Seccomp:    prog,
 		Env:        agentsandbox.BaseEnv(nil),
 	}
-	if st.Netns == "" {
+	if ep.NetnsPath == "" {
 		// Every group of the sandbox may ping: its own ids.
 		cfg.OwnNetwork, cfg.NetSysctls = true, network.LoopbackSysctls(fmt.Sprintf("0 %d", r.opt.IDCount-1))
 	}
-	// The owner of the sandbox's user namespace: per-user kernel counts
-	// are charged to it (owners.go).
+	return cfg, nil
+}
+
+// takeOwner takes the owner of a sandbox's user namespace: per-user
+// kernel counts are charged to it (owners.go); cu gives it back.
+func (r *Runtime) takeOwner(cu *cleanup.Stack) (int, error) {
 	owner, err := r.owners.take()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	cu.Add(func() { r.owners.release(owner) })
-	st.Owner = owner
-	pid, wait, client, err := r.start(ctx, guestExe, dir, ep.NetnsPath, cg, cfg, rootFD, owner)
-	if pid != 0 {
+	return owner, nil
+}
+
+// startFirst is start, with the process killed by cu.
+func (r *Runtime) startFirst(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg setup.SandboxConfig, root *os.File, owner int, cu *cleanup.Stack) (started, error) {
+	run, err := r.start(ctx, exe, dir, netns, cg, cfg, root, owner)
+	if run.pid != 0 {
 		cu.Add(func() {
 			_ = cg.Kill(context.Background())
-			wait()
+			run.wait()
 		})
 	}
-	if err != nil {
-		return nil, startError(ctx, spec.ID, err)
-	}
-	st.Pid = pid
-	if err := st.write(dir); err != nil {
-		client.Close()
-		return nil, err
-	}
-	cu.Release()
-	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, agent: agentsandbox.NewAgent(Tier, spec.ID, client), cg: cg, wait: wait, releaseRoot: releaseRoot, upper: upperRoot, upperDir: upperDir}, nil
+	return run, err
 }
 
 func (r *Runtime) limits(spec sandbox.Spec) cgroups.Limits {
@@ -386,21 +446,27 @@ func checkSpec(spec *sandbox.Spec) error {
 // its children's first process, which sets them up with every capability
 // of their namespaces and before their seccomp filter.
 func (r *Runtime) findGuest(ctx context.Context, layers []layerspec.Layer) (string, func(), error) {
+	p, _, release, err := r.findGuestLayer(ctx, layers)
+	return p, release, err
+}
+
+// findGuestLayer is findGuest, also returning the index of the layer.
+func (r *Runtime) findGuestLayer(ctx context.Context, layers []layerspec.Layer) (string, int, func(), error) {
 	for i := len(layers) - 1; i >= 0; i-- {
 		if layers[i].Manifest.Source.Kind == layerspec.SourceState {
 			continue
 		}
 		dir, release, err := r.opt.Layers.View(ctx, layers[i:i+1])
 		if err != nil {
-			return "", nil, err
+			return "", 0, nil, err
 		}
 		p := filepath.Join(dir, GuestPath)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p, release, nil
+			return p, i, release, nil
 		}
 		release()
 	}
-	return "", nil, errdefs.New(errdefs.Invalid, api.CodeImageLacksGuest,
+	return "", 0, nil, errdefs.New(errdefs.Invalid, api.CodeImageLacksGuest,
 		"the container tier needs the agent at /%s: add the toolkit/dsec-guest layer to the image", GuestPath)
 }
 
@@ -424,31 +490,54 @@ var errZygoteLost = errors.New("the zygote's answer was lost")
 // whose answer was lost is replaced and asked once more, with new
 // descriptors (a process it forked for the first request finds its
 // config pipe closed and exits).
-func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg setup.SandboxConfig, root *os.File, owner int) (int, func(), *agentproto.Client, error) {
+//
+// With cfg.Deferred (a warm agent without its root; root is nil) it
+// returns once the process waits for its root (setup.Waiting), with the
+// node's end of the first connection and the sync pipe instead of a
+// client (see bindIdle).
+func (r *Runtime) start(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg setup.SandboxConfig, root *os.File, owner int) (started, error) {
 	for attempt := 1; ; attempt++ {
-		pid, wait, client, err := r.startOnce(ctx, exe, dir, netns, cg, cfg, root, owner)
+		st, err := r.startOnce(ctx, exe, dir, netns, cg, cfg, root, owner)
 		if !errors.Is(err, errZygoteLost) || attempt == 2 || ctx.Err() != nil {
-			return pid, wait, client, err
+			return st, err
 		}
 	}
+}
+
+// started is a sandbox's first process as start leaves it: pid is 0 if
+// none was started, wait waits for it to exit; client is its agent's, or
+// for a deferred start conn and syncR (see start).
+type started struct {
+	pid    int
+	wait   func()
+	client *agentproto.Client
+	conn   net.Conn
+	syncR  *os.File
 }
 
 // killWait is how long a failed start waits for the process it killed.
 const killWait = 10 * time.Second
 
-func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg setup.SandboxConfig, root *os.File, owner int) (int, func(), *agentproto.Client, error) {
+func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgroups.Group, cfg setup.SandboxConfig, root *os.File, owner int) (started, error) {
 	var files startFiles
 	defer files.close()
 	if err := files.open(dir); err != nil {
-		return 0, nil, nil, err
+		return started{}, err
 	}
 	// The agent binary, executed through a descriptor: the forker's
 	// mount namespace does not hold the layer it is on.
 	bin, err := os.Open(exe)
 	if err != nil {
-		return 0, nil, nil, err
+		return started{}, err
 	}
 	defer bin.Close()
+	if root == nil {
+		// A deferred start's fd 6, which its setup closes.
+		if root, err = os.Open(os.DevNull); err != nil {
+			return started{}, err
+		}
+		defer root.Close()
+	}
 	// Without a netns of the node's, the process makes its own (the
 	// forking thread then stays in the node's).
 	nsPath := netns
@@ -457,16 +546,16 @@ func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgr
 	}
 	ns, err := sys.OpenNetns(nsPath)
 	if err != nil {
-		return 0, nil, nil, err
+		return started{}, err
 	}
 	defer ns.Close()
 	pid, child, wait, err := r.fork(ctx, ns, netns == "", files.console, []*os.File{files.cfgR, files.syncW, files.guestConn, root, bin}, owner)
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("starting the sandbox: %w", err)
+		return started{}, fmt.Errorf("starting the sandbox: %w", err)
 	}
 	defer child.Close()
 	files.started()
-	fail := func(err error) (int, func(), *agentproto.Client, error) {
+	fail := func(err error) (started, error) {
 		// (No pidfd: an old zygote's process that was gone already.)
 		if kerr := child.Kill(); kerr != nil {
 			r.log.Warn("killing the first process of a failed create", "pid", pid, "err", kerr)
@@ -474,7 +563,7 @@ func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgr
 		if werr := child.Wait(killWait); werr != nil {
 			r.log.Warn("the first process of a failed create outlived its kill", "pid", pid, "err", werr)
 		}
-		return pid, wait, nil, err
+		return started{pid: pid, wait: wait}, err
 	}
 	if r.testBeforeJoin != nil {
 		if err := r.testBeforeJoin(pid); err != nil {
@@ -491,16 +580,29 @@ func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgr
 	if err != nil {
 		return fail(err)
 	}
-	client := agentproto.NewClient(conn, r.log)
 	b, err := cfg.Encode()
 	if err == nil {
 		_, err = files.cfgW.Write(b)
 	}
 	if err != nil {
-		client.Close()
+		conn.Close()
 		return fail(fmt.Errorf("handing the sandbox its config: %w", err))
 	}
 	files.cfgW.Close()
+	if cfg.Deferred {
+		if err := awaitWaiting(ctx, conn); err != nil {
+			conn.Close()
+			return fail(fmt.Errorf("%w (console: %s)", setupError(files.syncR, err), consoleTail(dir)))
+		}
+		if err := r.placeCommands(pid, cg); err != nil {
+			conn.Close()
+			return fail(err)
+		}
+		st := started{pid: pid, wait: wait, conn: conn, syncR: files.syncR}
+		files.syncR = nil // the caller's now
+		return st, nil
+	}
+	client := agentproto.NewClient(conn, r.log)
 	if _, err := client.Hello(ctx); err != nil {
 		client.Close()
 		return fail(fmt.Errorf("%w (console: %s)", setupError(files.syncR, err), consoleTail(dir)))
@@ -509,7 +611,24 @@ func (r *Runtime) startOnce(ctx context.Context, exe, dir, netns string, cg *cgr
 		client.Close()
 		return fail(err)
 	}
-	return pid, wait, client, nil
+	return started{pid: pid, wait: wait, client: client}, nil
+}
+
+// awaitWaiting reads a deferred setup's setup.Waiting from conn, within
+// ctx.
+func awaitWaiting(ctx context.Context, conn net.Conn) error {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetReadDeadline(dl)
+		defer conn.SetReadDeadline(time.Time{})
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return fmt.Errorf("the agent did not wait for its root: %w", err)
+	}
+	if b[0] != setup.Waiting {
+		return fmt.Errorf("the agent sent %q, not that it waits for its root", b[0])
+	}
+	return nil
 }
 
 // fork starts a sandbox's first process (setup.SandboxCommand) with

@@ -211,6 +211,7 @@ type runtimeOptions struct {
 	pool         int
 	reuse        bool          // network.Options.Reuse
 	warm         int           // Options.Warm
+	agents       int           // Options.WarmAgents
 	phaseTimeout time.Duration // Options.PhaseTimeout
 	monitor      watcher
 	// netRange, if set, replaces the /24 of names (the density benchmark
@@ -262,7 +263,7 @@ func newRuntime(t testing.TB, dir string, ro runtimeOptions) *testRuntime {
 	opt := Options{
 		StateDir: dir, DataDir: tempTop(dir), Reach: []string{filepath.Join(dir, "layers")},
 		Layers: layers, Network: nets, Cgroups: cg, Logger: log, Version: "test",
-		Warm: ro.warm, Monitor: ro.monitor, HostUID: ro.hostUID, HostGID: ro.hostUID, NoZygote: ro.noZygote,
+		Warm: ro.warm, WarmAgents: ro.agents, Monitor: ro.monitor, HostUID: ro.hostUID, HostGID: ro.hostUID, NoZygote: ro.noZygote,
 		PhaseTimeout: ro.phaseTimeout,
 	}
 	if !ro.noSeccomp {

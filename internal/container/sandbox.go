@@ -42,6 +42,9 @@ type Sandbox struct {
 	phases  phaseHistory // when each recent phase began (audit labels)
 
 	agent *agentsandbox.Agent
+	// pending is an idle agent's connection before its root is bound
+	// (idle.go); nil after, and in every other sandbox.
+	pending *pendingRoot
 
 	mu        sync.Mutex // guards following fields
 	destroyed bool
@@ -175,6 +178,9 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.destroyed = true
 	s.mu.Unlock()
 	s.agent.Close()
+	if s.pending != nil {
+		s.pending.close()
+	}
 	s.closeExitWatch()
 	ctx = context.WithoutCancel(ctx)
 	var errs []error

@@ -37,12 +37,19 @@ import (
 // refilled in the background after every claim; at most warmKeys keys,
 // the least recently used dropped. A node restart destroys warm sandboxes
 // (their records say so) instead of adopting them.
+//
+// Behind them, for the images that have none ready (a new image, a
+// fork's children, whose image ends with a new state layer), are idle
+// agents (idle.go): WarmAgents sandboxes per agent binary that wait for
+// their root, bound to any image at a claim.
 
-// warmKeys is how many images the pool keeps sandboxes for.
-const warmKeys = 4
+// warmKeys is how many images (and agent binaries) the pool keeps
+// sandboxes for.
+const warmKeys = 5
 
 type warmPool struct {
-	size int // sandboxes kept per key
+	size   int // sandboxes kept per image
+	agents int // idle agents kept per agent binary
 
 	mu     sync.Mutex // guards the fields below
 	sets   map[string]*warmSet
@@ -53,20 +60,24 @@ type warmPool struct {
 
 type warmSet struct {
 	template sandbox.Spec // the image and disk of its sandboxes
-	ready    []*Sandbox
-	filling  int
-	used     time.Time
+	// idle: a set of idle agents (template holds only the agent's
+	// layer), size of them.
+	idle    bool
+	size    int
+	ready   []*Sandbox
+	filling int
+	used    time.Time
 	// broken is why the set's image cannot make a sandbox at all (an
 	// Invalid error, e.g. it lacks the agent): the set is not refilled
 	// again, and its claims build and fail with that error.
 	broken error
 }
 
-func newWarmPool(size int) *warmPool {
-	if size <= 0 {
+func newWarmPool(size, agents int) *warmPool {
+	if size <= 0 && agents <= 0 {
 		return nil
 	}
-	return &warmPool{size: size, sets: map[string]*warmSet{}}
+	return &warmPool{size: max(size, 0), agents: max(agents, 0), sets: map[string]*warmSet{}}
 }
 
 // warmKey returns the key of the sandboxes spec can be made from, or
@@ -99,10 +110,41 @@ func (r *Runtime) claimWarm(ctx context.Context, spec sandbox.Spec) *Sandbox {
 	if !ok {
 		return nil
 	}
+	sb := r.takeWarm(key, sandbox.Spec{Image: spec.Image, DiskMB: spec.DiskMB}, false, p.size)
+	var err error
+	if sb != nil {
+		err = r.makeWarmInto(ctx, sb, spec)
+		if err == nil {
+			// It waited in the pool: its agent must still answer.
+			err = sb.ping(ctx)
+		}
+	} else if sb = r.takeIdle(ctx, spec); sb != nil {
+		err = r.bindIdle(ctx, sb, spec)
+	}
+	if sb == nil {
+		return nil
+	}
+	if err != nil {
+		r.log.Warn("claiming a warm sandbox", "sandbox", spec.ID, "err", err)
+		_ = sb.Destroy(context.WithoutCancel(ctx))
+		return nil
+	}
+	return sb
+}
+
+// takeWarm takes a ready sandbox of set key (made from template, size
+// of them; idle agents if idle) or returns nil, and has the set refilled
+// either way.
+func (r *Runtime) takeWarm(key string, template sandbox.Spec, idle bool, size int) *Sandbox {
+	p := r.warm
+	if size <= 0 {
+		return nil
+	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	set := p.sets[key]
 	if set == nil {
-		set = &warmSet{template: sandbox.Spec{Image: spec.Image, DiskMB: spec.DiskMB}}
+		set = &warmSet{template: template, idle: idle, size: size}
 		p.sets[key] = set
 		r.evictWarmLocked()
 	}
@@ -112,20 +154,6 @@ func (r *Runtime) claimWarm(ctx context.Context, spec sandbox.Spec) *Sandbox {
 		sb, set.ready = set.ready[n-1], set.ready[:n-1]
 	}
 	r.refillLocked(key, set)
-	p.mu.Unlock()
-	if sb == nil {
-		return nil
-	}
-	err := r.makeWarmInto(ctx, sb, spec)
-	if err == nil {
-		// It waited in the pool: its agent must still answer.
-		err = sb.ping(ctx)
-	}
-	if err != nil {
-		r.log.Warn("claiming a warm sandbox", "sandbox", spec.ID, "err", err)
-		_ = sb.Destroy(context.WithoutCancel(ctx))
-		return nil
-	}
 	return sb
 }
 
@@ -150,10 +178,16 @@ func (r *Runtime) evictWarmLocked() {
 	}
 }
 
-// refillLocked starts the sandboxes set lacks.
+// fillsAtOnce is how many sandboxes a set starts at a time. A refill
+// after a burst of claims (a fork's sixteen children) must not compete
+// with the burst: the node's side of a start runs at full CPU weight.
+const fillsAtOnce = 1
+
+// refillLocked starts the sandboxes set lacks, fillsAtOnce at a time
+// (each fill that succeeds starts the next).
 func (r *Runtime) refillLocked(key string, set *warmSet) {
 	p := r.warm
-	for !p.closed && set.broken == nil && len(set.ready)+set.filling < p.size {
+	for !p.closed && set.broken == nil && set.filling < fillsAtOnce && len(set.ready)+set.filling < set.size {
 		set.filling++
 		p.fills.Add(1)
 		go r.fillWarm(key, set)
@@ -167,13 +201,20 @@ func (r *Runtime) fillWarm(key string, set *warmSet) {
 	spec := set.template
 	spec.ID = "warm-" + randomHex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), r.opt.ReadyTimeout)
-	sb, err := r.build(ctx, spec, true)
+	var sb *Sandbox
+	var err error
+	if set.idle {
+		sb, err = r.buildIdle(ctx, spec)
+	} else {
+		sb, err = r.build(ctx, spec, true)
+	}
 	cancel()
 	p.mu.Lock()
 	set.filling--
 	keep := err == nil && !p.closed && p.sets[key] == set
 	if keep {
 		set.ready = append(set.ready, sb)
+		r.refillLocked(key, set)
 	}
 	// An image that cannot make a sandbox (Invalid: it lacks the agent,
 	// say) is told once; other failures (a busy host) are retried at the
@@ -236,28 +277,12 @@ func (r *Runtime) WarmReady() int {
 // makeWarmInto gives the warm sandbox sb spec's identity and limits. On
 // error sb is left for the caller to destroy.
 func (r *Runtime) makeWarmInto(ctx context.Context, sb *Sandbox, spec sandbox.Spec) error {
-	dir := r.sandboxDir(spec.ID)
-	if err := sys.RenameNoReplace(sb.dir, dir); err != nil {
-		return err
-	}
-	sb.dir = dir
-	st := *sb.state
-	st.Spec, st.Created, st.Warm, st.Prestarted = spec, time.Now().UTC(), false, true
-	st.Rootfs = filepath.Join(dir, "root")
-	// Its cgroups take its name, as every sandbox's have.
-	cg, err := r.opt.Cgroups.Rename(ctx, sb.cg, spec.ID)
-	if cg != nil {
-		sb.cg = cg
-	}
-	if err != nil {
-		return err
-	}
-	if err := sb.cg.Update(r.limits(spec)); err != nil {
+	if err := r.rename(ctx, sb, spec); err != nil {
 		return err
 	}
 	// The agent's process is checked to be the sandbox's (in its cgroup)
 	// after its namespace and root are opened: a reused pid is not.
-	pid := st.Pid
+	pid := sb.state.Pid
 	uts, err := os.Open(fmt.Sprintf("/proc/%d/ns/uts", pid))
 	if err != nil {
 		return err
@@ -280,12 +305,31 @@ func (r *Runtime) makeWarmInto(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 			return fmt.Errorf("writing /%s: %w", file, err)
 		}
 	}
-	if err := st.write(dir); err != nil {
+	return sb.state.write(sb.dir)
+}
+
+// rename gives the warm sandbox sb (or idle agent) spec's ID, directory,
+// cgroups and limits, and a state (not yet written) of spec's.
+func (r *Runtime) rename(ctx context.Context, sb *Sandbox, spec sandbox.Spec) error {
+	dir := r.sandboxDir(spec.ID)
+	if err := sys.RenameNoReplace(sb.dir, dir); err != nil {
 		return err
 	}
+	sb.dir = dir
+	st := *sb.state
+	st.Spec, st.Created, st.Warm, st.Prestarted = spec, time.Now().UTC(), false, true
+	st.Rootfs = filepath.Join(dir, "root")
 	sb.id, sb.state = spec.ID, &st
 	sb.agent.Rename(spec.ID)
-	return nil
+	// Its cgroups take its name, as every sandbox's have.
+	cg, err := r.opt.Cgroups.Rename(ctx, sb.cg, spec.ID)
+	if cg != nil {
+		sb.cg = cg
+	}
+	if err != nil {
+		return err
+	}
+	return sb.cg.Update(r.limits(spec))
 }
 
 // writeExisting replaces the content of a file that exists under root

@@ -392,8 +392,9 @@ func (d *daemon) containerRuntime(ctx context.Context, layers *layercache.Cache,
 		Seccomp: func(caps []string) ([]byte, error) { return seccomp.Program(seccomp.Options{Caps: caps}) },
 		Logger:  d.log.With("tier", container.Tier),
 		HostUID: d.idBase(), HostGID: d.idBase(), IDCount: idCount,
-		Version: d.build.Version,
-		Warm:    warmPool(c.WarmPool),
+		Version:    d.build.Version,
+		Warm:       warmPool(c.WarmPool, 2),
+		WarmAgents: warmPool(c.WarmAgents, 16),
 	}
 	if rec != nil {
 		copt.Monitor = rec
@@ -512,11 +513,12 @@ func (d *daemon) attachGuard(parent2 string, dns []netip.Addr) func() {
 	}
 }
 
-// warmPool is the warm pool's size for the warm_pool setting.
-func warmPool(n int) int {
+// warmPool is a warm pool's size for its setting: 0 means def, a
+// negative value none.
+func warmPool(n, def int) int {
 	switch {
 	case n == 0:
-		return 2
+		return def
 	case n < 0:
 		return 0
 	}

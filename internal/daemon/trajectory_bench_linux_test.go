@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -47,6 +48,11 @@ func BenchmarkTrajectory(b *testing.B) {
 		withContainers(b)(c)
 		c.Images.SkipSlow = false
 		c.Container.NetworkPool = 0
+		// A side-by-side baseline: DSEC_BENCH_WARM_AGENTS=-1 forks
+		// without idle agents.
+		if n, err := strconv.Atoi(os.Getenv("DSEC_BENCH_WARM_AGENTS")); err == nil {
+			c.Container.WarmAgents = n
+		}
 	})
 	waitImage(b, u.c, "debian-12", 10*time.Minute)
 	ctx := context.Background()
@@ -220,8 +226,11 @@ func waitEnded(b *testing.B, c *client.Client, traj string) {
 	})
 }
 
+// forkPause is the pause before each fork of benchFork.
+const forkPause = 2 * time.Second
+
 // benchFork forks a sandbox with a 10 MB writable layer into 16, a few
-// times.
+// times, forkPause apart.
 func benchFork(ctx context.Context, b *testing.B, c *client.Client) {
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierContainer, Image: "debian-12", DiskMB: 512})
 	if err != nil {
@@ -236,6 +245,9 @@ func benchFork(ctx context.Context, b *testing.B, c *client.Client) {
 		runs, count = 1, 2
 	}
 	for range runs {
+		// The pause a trainer's model inference makes between forks: the
+		// node refills its idle agents (one at a time) meanwhile.
+		time.Sleep(forkPause)
 		t0 := time.Now()
 		fr, err := c.Fork(ctx, sb.ID, api.ForkRequest{Count: count})
 		if err != nil {

@@ -19,7 +19,7 @@ func Init(ctx context.Context, argv []string) (int, error) {
 }
 
 // SetupSandbox is Linux-only.
-func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
+func SetupSandbox(cfgFile *os.File, first *net.UnixConn) (net.Listener, SandboxConfig, error) {
 	return nil, SandboxConfig{}, fmt.Errorf("dsec-guest sandbox: %w", errdefs.ErrNotSupported)
 }
 

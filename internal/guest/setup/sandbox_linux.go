@@ -25,7 +25,12 @@ import (
 // system view, pivots into it, sheds every privilege commands must not
 // have and returns the agent's listener. Nothing from the sandbox has run
 // yet: this is trusted code from the read-only toolkit layer.
-func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
+//
+// With cfg.Deferred (a warm agent of no image yet), the steps that need
+// no root run first; the process then tells the node it waits (Waiting on
+// first) and reads its root and the rest of its config from first
+// (receiveRoot) when a create claims it.
+func SetupSandbox(cfgFile *os.File, first *net.UnixConn) (net.Listener, SandboxConfig, error) {
 	b, err := io.ReadAll(io.LimitReader(cfgFile, 16<<20))
 	cfgFile.Close()
 	if err != nil {
@@ -35,20 +40,19 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 	if err != nil {
 		return nil, cfg, fmt.Errorf("decoding the sandbox config: %w", err)
 	}
+	// The root's descriptor is the one the node hands us on purpose:
+	// closeInherited must not close it (it is closed once attached).
+	rootFD := cfg.RootFD
+	if rootFD != 0 {
+		sys.CloseOnExec(rootFD)
+	}
 	root := cfg.Rootfs
 	var mask masker
+	var ln net.Listener
 	steps := []struct {
 		what string
 		fn   func() error
 	}{
-		// The root's descriptor is the one the node hands us on purpose;
-		// attached, it is closed with the rest.
-		{"attaching the root", func() error {
-			if cfg.RootFD == 0 {
-				return nil
-			}
-			return sys.MoveMount(cfg.RootFD, root)
-		}},
 		// Before anything else: what the node leaked to us must not
 		// reach the sandbox (see closeInherited).
 		{"closing inherited descriptors", closeInherited},
@@ -57,18 +61,48 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		{"entering a cgroup namespace", func() error { return sys.Unshare(syscall.CLONE_NEWCGROUP) }},
 		// Nothing we mount propagates back to the host.
 		{"making mounts private", func() error { return sys.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") }},
-		{"setting the hostname", func() error { return sys.Sethostname(cfg.Hostname) }},
 		{"bringing up the loopback network", func() error {
 			if !cfg.OwnNetwork {
 				return nil
 			}
 			return ownNetwork(cfg.NetSysctls)
 		}},
+		// A deferred setup listens before it waits, so that its claim
+		// need not (~4 ms of a bind on a process idle till then).
+		// The socket stays the sandbox's as its directory is renamed.
+		{"listening for the node", func() error {
+			if !cfg.Deferred {
+				return nil
+			}
+			var err error
+			ln, err = listen(cfg.SockDir)
+			// Its threads too (~2 ms): the filter and the capability
+			// drop below reach every thread.
+			reserveThreads(reservedThreads)
+			return err
+		}},
+		{"waiting for the root", func() error {
+			if !cfg.Deferred {
+				return nil
+			}
+			fd, err := receiveRoot(first, &cfg)
+			rootFD, root = fd, cfg.Rootfs
+			return err
+		}},
+		{"attaching the root", func() error {
+			if rootFD == 0 {
+				return nil
+			}
+			err := sys.MoveMount(rootFD, root)
+			_ = sys.CloseFd(rootFD)
+			return err
+		}},
+		{"setting the hostname", func() error { return sys.Sethostname(cfg.Hostname) }},
 		// pivot_root needs the new root to be a mount point of ours (the
 		// overlay is locked, inherited from a more privileged namespace).
 		// An attached root is one already.
 		{"binding the root", func() error {
-			if cfg.RootFD != 0 {
+			if rootFD != 0 {
 				return nil
 			}
 			return sys.Mount(root, root, "", syscall.MS_BIND|syscall.MS_REC, "")
@@ -97,12 +131,16 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 	}
 	for _, s := range steps {
 		if err := s.fn(); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
 			return nil, cfg, fmt.Errorf("%s: %w", s.what, err)
 		}
 	}
-	ln, err := net.Listen("unix", filepath.Join(cfg.SockDir, SockName))
-	if err != nil {
-		return nil, cfg, fmt.Errorf("listening for the node: %w", err)
+	if ln == nil {
+		if ln, err = listen(cfg.SockDir); err != nil {
+			return nil, cfg, fmt.Errorf("listening for the node: %w", err)
+		}
 	}
 	if err := sys.PivotRoot(root); err != nil {
 		ln.Close()
@@ -131,8 +169,15 @@ func SetupSandbox(cfgFile *os.File) (net.Listener, SandboxConfig, error) {
 		ln.Close()
 		return nil, cfg, err
 	}
-	reserveThreads(reservedThreads)
+	if !cfg.Deferred {
+		reserveThreads(reservedThreads)
+	}
 	return ln, cfg, nil
+}
+
+// listen makes the agent's socket in dir.
+func listen(dir string) (net.Listener, error) {
+	return net.Listen("unix", filepath.Join(dir, SockName))
 }
 
 // reservedThreads is how many idle OS threads the agent starts with.

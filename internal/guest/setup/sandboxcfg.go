@@ -2,8 +2,10 @@ package setup
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // SandboxConfig is what the node hands a container sandbox's first
@@ -45,6 +47,12 @@ type SandboxConfig struct {
 	Env []string `json:"env"`
 	// ShmBytes sizes /dev/shm.
 	ShmBytes int64 `json:"shm_bytes"`
+	// Deferred: the root comes later. The process sets up what needs no
+	// root, then waits for a root message (RootMessage) with Rootfs,
+	// SockDir (its sandbox directory was renamed), Hostname, Hosts, ResolvConf, Env, ShmBytes and the root's
+	// descriptor: a warm agent, started before the image it will run is
+	// known (RootFD is then 0).
+	Deferred bool `json:"deferred,omitempty"`
 }
 
 // Encode is how the node writes c on the config pipe: the JSON of
@@ -141,3 +149,48 @@ const (
 	ZygoteFDBinary         // fd 7, dsec-guest itself
 	ZygoteFDs              // how many
 )
+
+// Waiting is the byte a deferred setup writes on the node's first
+// connection once it waits for its root.
+const Waiting = 'w'
+
+// maxRootMessage bounds a root message's JSON.
+const maxRootMessage = 1 << 20
+
+// RootMessage is what the node sends a deferred setup (one waiting for
+// its root, SandboxConfig.Deferred) on its first connection when a create
+// claims it: the length of the JSON of the config's per-sandbox fields
+// (4 bytes, big-endian), then that JSON; the first byte carries the
+// root's descriptor (SCM_RIGHTS).
+func RootMessage(c SandboxConfig) ([]byte, error) {
+	js, err := json.Marshal(rootFields{Rootfs: c.Rootfs, SockDir: c.SockDir, Hostname: c.Hostname, Hosts: c.Hosts, ResolvConf: c.ResolvConf, Env: c.Env, ShmBytes: c.ShmBytes})
+	if err != nil {
+		return nil, err
+	}
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(js)))
+	return append(b, js...), nil
+}
+
+// rootFields are the fields a root message sets.
+type rootFields struct {
+	Rootfs     string   `json:"rootfs"`
+	SockDir    string   `json:"sock_dir"`
+	Hostname   string   `json:"hostname"`
+	Hosts      string   `json:"hosts"`
+	ResolvConf string   `json:"resolv_conf"`
+	Env        []string `json:"env"`
+	ShmBytes   int64    `json:"shm_bytes"`
+}
+
+// takeRoot sets c's per-sandbox fields from a root message's JSON.
+func (c *SandboxConfig) takeRoot(js []byte) error {
+	var f rootFields
+	if err := json.Unmarshal(js, &f); err != nil {
+		return fmt.Errorf("decoding the root message: %w", err)
+	}
+	if f.Rootfs == "" || f.SockDir == "" {
+		return errors.New("the root message names no root or no socket directory")
+	}
+	c.Rootfs, c.SockDir, c.Hostname, c.Hosts, c.ResolvConf, c.Env, c.ShmBytes = f.Rootfs, f.SockDir, f.Hostname, f.Hosts, f.ResolvConf, f.Env, f.ShmBytes
+	return nil
+}
