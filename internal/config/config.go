@@ -348,6 +348,13 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		}
 		c.Images.Lazy = b
 	}
+	if v := getenv("DSEC_WARM_AGENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("DSEC_WARM_AGENTS=%q: want a number", v)
+		}
+		c.Container.WarmAgents = n
+	}
 	if v := getenv("DSEC_KEEP_SANDBOXES"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {

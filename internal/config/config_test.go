@@ -21,11 +21,11 @@ retention = "2m"
 	if err := c.Load(path, true); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"DSEC_DATA_DIR": "/from/env", "DSEC_KEEP_SANDBOXES": "true"}
+	env := map[string]string{"DSEC_DATA_DIR": "/from/env", "DSEC_KEEP_SANDBOXES": "true", "DSEC_WARM_AGENTS": "-1"}
 	if err := c.ApplyEnv(func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if c.DataDir != "/from/env" || c.API.Listen != "127.0.0.1:1" || !c.KeepSandboxes ||
+	if c.DataDir != "/from/env" || c.API.Listen != "127.0.0.1:1" || !c.KeepSandboxes || c.Container.WarmAgents != -1 ||
 		c.Limits.CreatesPerSecond != 50.5 || c.Limits.Retention.Minutes() != 2 {
 		t.Errorf("config = %+v", c)
 	}
@@ -61,6 +61,9 @@ func TestLoadErrors(t *testing.T) {
 	}
 	if err := c.ApplyEnv(func(k string) string { return map[string]string{"DSEC_KEEP_SANDBOXES": "maybe"}[k] }); err == nil {
 		t.Error("bad bool accepted")
+	}
+	if err := c.ApplyEnv(func(k string) string { return map[string]string{"DSEC_WARM_AGENTS": "many"}[k] }); err == nil {
+		t.Error("bad number accepted")
 	}
 }
 
