@@ -26,6 +26,9 @@ type trajectoryLog interface {
 	// MutateHead applies fn to the head and writes it back, retrying
 	// when another writer (the store's own counter flush) got there first.
 	MutateHead(ctx context.Context, id string, fn func(*trajectory.Head) error) (trajectory.Head, error)
+	// Finish appends a trajectory's last step and writes its head as fn
+	// makes it from h (at revision rev) at once.
+	Finish(ctx context.Context, id string, st *api.TrajectoryStep, h trajectory.Head, rev uint64, fn func(*trajectory.Head) error) error
 	Flush(ctx context.Context, id string) error
 	Room(ctx context.Context, id string) error
 	Append(ctx context.Context, id string, st *api.TrajectoryStep) error
@@ -137,17 +140,23 @@ func noTrajectories() error {
 // step the log could not take fails the request: the caller must not
 // believe a step is recorded that is not.
 func (m *Manager) appendStep(ctx context.Context, r *recording, rec store.SandboxRecord, st *api.TrajectoryStep) error {
+	m.stepFields(r, rec, st)
+	if err := m.traj.Append(context.WithoutCancel(ctx), r.traj, st); err != nil {
+		return err
+	}
+	r.next++
+	return nil
+}
+
+// stepFields fills in st's place: r's trajectory and next step, rec's
+// sandbox, and the time if unset (r.mu held).
+func (m *Manager) stepFields(r *recording, rec store.SandboxRecord, st *api.TrajectoryStep) {
 	st.Trajectory = r.traj
 	st.Step = r.next
 	st.Sandbox = rec.ID
 	if st.At.IsZero() {
 		st.At = time.Now().UTC()
 	}
-	if err := m.traj.Append(context.WithoutCancel(ctx), r.traj, st); err != nil {
-		return err
-	}
-	r.next++
-	return nil
 }
 
 // stepped runs one non-exec step of a recorded sandbox: do makes the

@@ -177,23 +177,14 @@ func (m *Manager) trajectoryEnded(rec store.SandboxRecord) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		defer m.dropRecording(rec.ID, nil)
-		h, _, err := m.traj.Head(ctx, rec.Trajectory)
+		h, rev, err := m.traj.Head(ctx, rec.Trajectory)
 		if err != nil || h.Sandbox != rec.ID || h.Incarnations != rec.Incarnation {
 			return
 		}
-		if r, err := m.recording(ctx, rec); err == nil && r != nil {
-			r.mu.Lock()
-			st := api.TrajectoryStep{Kind: api.KindEnd, End: &api.StepEnd{Reason: rec.Reason}}
-			err = m.appendStep(ctx, r, rec, &st)
-			r.mu.Unlock()
-			if err != nil {
-				m.log.Warn("logging a trajectory's end", "trajectory", rec.Trajectory, "err", err)
-			}
-		}
-		// MutateHead writes the counters with the state (no Flush of its
-		// own: two round trips less per recorded sandbox); if another
-		// incarnation took over, its appends and lazy flush write them.
-		_, err = m.traj.MutateHead(ctx, rec.Trajectory, func(h *trajectory.Head) error {
+		// The head is written with the state and the counters (no Flush
+		// of its own); if another incarnation took over, its appends and
+		// lazy flush write them.
+		ended := func(h *trajectory.Head) error {
 			if h.Sandbox != rec.ID || h.State == api.TrajectoryResuming {
 				return errNoChange // resumed meanwhile
 			}
@@ -202,7 +193,20 @@ func (m *Manager) trajectoryEnded(rec store.SandboxRecord) {
 			}
 			h.UpdatedAt = time.Now().UTC()
 			return nil
-		})
+		}
+		if r, rerr := m.recording(ctx, rec); rerr == nil && r != nil {
+			// The end step and the head in one round trip (Finish).
+			r.mu.Lock()
+			st := api.TrajectoryStep{Kind: api.KindEnd, End: &api.StepEnd{Reason: rec.Reason}}
+			m.stepFields(r, rec, &st)
+			err = m.traj.Finish(ctx, r.traj, &st, h, rev, ended)
+			if err == nil || errors.Is(err, errNoChange) {
+				r.next++
+			}
+			r.mu.Unlock()
+		} else {
+			_, err = m.traj.MutateHead(ctx, rec.Trajectory, ended)
+		}
 		if err != nil && !errors.Is(err, errNoChange) {
 			m.log.Warn("ending a trajectory", "trajectory", rec.Trajectory, "err", err)
 		}

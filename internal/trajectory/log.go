@@ -43,53 +43,100 @@ const MaxPage = 1000
 // A step must fit in one NATS message (1 MiB on a stock server): large
 // outputs and file contents go to blobs (Outputs, PutBlob).
 func (s *Store) Append(ctx context.Context, id string, st *api.TrajectoryStep) error {
-	if err := ValidID(id); err != nil {
+	b, err := encodeStep(id, st)
+	if err != nil {
 		return err
+	}
+	t := s.traj(id)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := s.roomLocked(ctx, id, t, st.Step, b); err != nil {
+		if errors.Is(err, errLogged) {
+			return nil
+		}
+		return err
+	}
+	return s.publishLocked(ctx, id, t, st.Step, b)
+}
+
+// encodeStep checks st, a step of trajectory id, and encodes it.
+func encodeStep(id string, st *api.TrajectoryStep) ([]byte, error) {
+	if err := ValidID(id); err != nil {
+		return nil, err
 	}
 	if st.Trajectory == "" {
 		st.Trajectory = id
 	}
 	if st.Trajectory != id {
-		return fmt.Errorf("appending to %s: the step names trajectory %s", id, st.Trajectory)
+		return nil, fmt.Errorf("appending to %s: the step names trajectory %s", id, st.Trajectory)
 	}
 	if st.Step < 1 {
-		return fmt.Errorf("appending to %s: step number %d is below 1", id, st.Step)
+		return nil, fmt.Errorf("appending to %s: step number %d is below 1", id, st.Step)
 	}
 	b, err := json.Marshal(st)
 	if err != nil {
-		return fmt.Errorf("encoding step: %w", err)
+		return nil, fmt.Errorf("encoding step: %w", err)
 	}
-	t := s.traj(id)
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	return b, nil
+}
+
+// errLogged says the step an append was given is logged already, the
+// same (a retry): nothing is to be written.
+var errLogged = errors.New("logged already")
+
+// roomLocked checks that step, encoded as b, can be appended to id: the
+// log is loaded, the step is new (a retry of the same step returns
+// errLogged; a different one Conflict) and fits.
+//
+// Preconditions: t.mu must be held.
+func (s *Store) roomLocked(ctx context.Context, id string, t *traj, step int, b []byte) error {
 	if !t.loaded {
 		if err := s.loadLocked(ctx, id, t); err != nil {
 			return err
 		}
 	}
-	if st.Step <= t.lastStep {
-		return s.loggedAlready(ctx, id, st.Step, b)
+	if step <= t.lastStep {
+		if err := s.loggedAlready(ctx, id, step, b); err != nil {
+			return err
+		}
+		return errLogged
 	}
 	if t.bytes+int64(len(b)) > s.opt.MaxBytes {
 		return full(id, s.opt.MaxBytes)
 	}
-	msg := &nats.Msg{Subject: subject(id), Data: b, Header: nats.Header{stepHeader: []string{strconv.Itoa(st.Step)}}}
+	return nil
+}
+
+// publishLocked writes step, encoded as b, after the log's last step as
+// this Store knows it, and advances t; errLogged is success.
+//
+// Preconditions: t.mu must be held; roomLocked passed.
+func (s *Store) publishLocked(ctx context.Context, id string, t *traj, step int, b []byte) error {
+	msg := &nats.Msg{Subject: subject(id), Data: b, Header: nats.Header{stepHeader: []string{strconv.Itoa(step)}}}
 	var ack *jetstream.PubAck
+	var err error
 	for attempt := 0; ; attempt++ {
 		ack, err = s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(StreamName), jetstream.WithExpectLastSequencePerSubject(t.lastSeq))
 		if err == nil {
 			break
 		}
+		if t.fresh && attempt == 0 && wrongSequence(err) {
+			// Steps of an earlier trajectory of this name (see Begin).
+			if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject(id))); err != nil {
+				return fmt.Errorf("purging old steps of %s: %w", id, err)
+			}
+			continue
+		}
 		t.loaded = false // whether it was stored is unknown: reload before the next
 		if !wrongSequence(err) {
-			return fmt.Errorf("appending step %d to %s: %w", st.Step, id, err)
+			return fmt.Errorf("appending step %d to %s: %w", step, id, err)
 		}
 		known := t.lastStep
 		if err := s.loadLocked(ctx, id, t); err != nil {
 			return err
 		}
-		if st.Step <= t.lastStep {
-			return s.loggedAlready(ctx, id, st.Step, b)
+		if step <= t.lastStep {
+			return s.loggedAlready(ctx, id, step, b)
 		}
 		if t.lastStep < known && attempt == 0 {
 			// The log shrank (its oldest steps aged out): nobody else
@@ -98,7 +145,7 @@ func (s *Store) Append(ctx context.Context, id string, st *api.TrajectoryStep) e
 		}
 		return changed(id, fmt.Sprintf("was appended to by another writer (step %d is its last)", t.lastStep))
 	}
-	t.lastSeq, t.lastStep = ack.Sequence, st.Step
+	t.lastSeq, t.lastStep, t.fresh = ack.Sequence, step, false
 	t.bytes += int64(len(b))
 	s.scheduleLocked(id, t)
 	return nil

@@ -24,6 +24,9 @@ type traj struct {
 	flushedStep  int
 	flushedBytes int64
 	timer        *time.Timer // a flush is due
+	// fresh: begun here and nothing appended yet, so steps found on its
+	// subject are an earlier trajectory's of the same name (see Begin).
+	fresh bool
 
 	got time.Time // when a caller last took it; guarded by Store.mu
 }
@@ -32,6 +35,7 @@ type traj struct {
 func (t *traj) reset() {
 	t.loaded, t.lastSeq, t.lastStep, t.bytes = false, 0, 0, 0
 	t.flushedStep, t.flushedBytes = 0, 0
+	t.fresh = false
 }
 
 func (t *traj) dirty() bool { return t.lastStep > t.flushedStep || t.bytes > t.flushedBytes }

@@ -15,10 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/dsec-dev/dsec/api"
-	"github.com/dsec-dev/dsec/internal/cleanup"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
@@ -169,57 +167,56 @@ func (s *Store) Begin(ctx context.Context, h Head) error {
 	if err != nil {
 		return fmt.Errorf("encoding trajectory head: %w", err)
 	}
-	if _, err := s.heads.Create(ctx, headKey(h.ID), b); err != nil {
+	// The owner's index entry is written with the head, at once: List
+	// reads the head of each entry and keeps only the owner's, so an entry
+	// for a name that turns out taken is harmless, and is removed. Steps
+	// an earlier trajectory of this name left on its subject (a retention
+	// changed between) are found by the first append's expected sequence,
+	// none, and purged then. A recorded create so waits for two round
+	// trips here (the head, then its first step) instead of three.
+	indexed := make(chan error, 1)
+	go func() {
+		_, err := s.heads.PutString(ctx, ownerKey(h.Owner, h.ID), h.ID)
+		indexed <- err
+	}()
+	_, err = s.heads.Create(ctx, headKey(h.ID), b)
+	ierr := <-indexed // bounded: one request within ctx
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
+			s.dropStrayIndex(ctx, h.Owner, h.ID)
 			return errdefs.New(errdefs.Conflict, api.CodeTrajectoryExists, "trajectory %q already exists", h.ID)
 		}
 		return fmt.Errorf("writing trajectory head %s: %w", h.ID, err)
 	}
-	// A head without its index entry or with old steps is half-built:
-	// remove it, so the Begin can be tried again.
-	var cu cleanup.Stack
-	defer cu.Clean()
-	cu.Add(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if ierr != nil {
+		// A head without its index entry is half-made: it goes, so that
+		// the Begin can be tried again.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := s.heads.Purge(dctx, headKey(h.ID)); err != nil {
 			s.log.Warn("removing a half-made trajectory head", "trajectory", h.ID, "err", err)
 		}
-	})
-	// The owner's index entry and the check for old steps are
-	// independent: one round trip's wait for both.
-	var g errgroup.Group
-	g.Go(func() error {
-		if _, err := s.heads.PutString(ctx, ownerKey(h.Owner, h.ID), h.ID); err != nil {
-			return fmt.Errorf("indexing trajectory %s: %w", h.ID, err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		// Steps left on the subject by an earlier trajectory of this
-		// name are not this one's. (Its head outlives its steps, being
-		// written after them; this is for a retention changed between.)
-		_, err := s.stream.GetLastMsgForSubject(ctx, subject(h.ID))
-		switch {
-		case err == nil:
-			if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject(h.ID))); err != nil {
-				return fmt.Errorf("purging old steps of %s: %w", h.ID, err)
-			}
-		case !errors.Is(err, jetstream.ErrMsgNotFound):
-			return fmt.Errorf("reading trajectory %s: %w", h.ID, err)
-		}
-		return nil
-	})
-	if err := g.Wait(); err != nil {
-		return err
+		return fmt.Errorf("indexing trajectory %s: %w", h.ID, ierr)
 	}
-	cu.Release()
 	t := s.traj(h.ID)
 	t.mu.Lock()
 	t.reset()
 	t.loaded, t.bytes, t.flushedBytes = true, h.Bytes, h.Bytes
+	t.fresh = true
 	t.mu.Unlock()
 	return nil
+}
+
+// dropStrayIndex removes owner's index entry for trajectory id unless
+// id's head is owner's (a Begin that lost the name wrote it).
+func (s *Store) dropStrayIndex(ctx context.Context, owner, id string) {
+	h, _, err := s.readHead(ctx, id)
+	if err == nil && h.Owner == owner {
+		return
+	}
+	if err := s.heads.Delete(context.WithoutCancel(ctx), ownerKey(owner, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.log.Warn("removing a stray trajectory index entry", "trajectory", id, "err", err)
+	}
 }
 
 // Head returns a trajectory's head and its revision (for UpdateHead);
@@ -264,6 +261,16 @@ func (s *Store) UpdateHead(ctx context.Context, h Head, rev uint64) (uint64, err
 		return 0, err
 	}
 	s.mergeCounters(&h)
+	nrev, err := s.writeHead(ctx, h, rev)
+	if err != nil {
+		return nrev, err
+	}
+	s.flushed(h.ID, h.Steps, h.Bytes)
+	return nrev, nil
+}
+
+// writeHead is UpdateHead with h's counters as they are.
+func (s *Store) writeHead(ctx context.Context, h Head, rev uint64) (uint64, error) {
 	now := time.Now().UTC()
 	h.UpdatedAt, h.ExpiresAt = now, s.expiry(now)
 	reindex := now.Sub(h.IndexedAt) > s.opt.Retention/2
@@ -288,7 +295,6 @@ func (s *Store) UpdateHead(ctx context.Context, h Head, rev uint64) (uint64, err
 			return nrev, fmt.Errorf("indexing trajectory %s: %w", h.ID, err)
 		}
 	}
-	s.flushed(h.ID, h.Steps, h.Bytes)
 	return nrev, nil
 }
 
