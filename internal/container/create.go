@@ -172,14 +172,7 @@ func diskMB(spec sandbox.Spec) int {
 func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *Sandbox, err error) {
 	var cu cleanup.Stack
 	defer cu.Clean()
-	dir, err := r.newDir(spec.ID, &cu)
-	if err != nil {
-		return nil, err
-	}
-	st := &state{Spec: spec, Created: time.Now().UTC(), Warm: warm}
-
-	// The agent binary: from the image's toolkit layer mount, read-only.
-	guestExe, releaseGuest, err := r.findGuest(ctx, spec.Image.Layers)
+	dir, st, guestExe, releaseGuest, err := r.prepare(ctx, spec, warm, &cu)
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +235,19 @@ func (r *Runtime) build(ctx context.Context, spec sandbox.Spec, warm bool) (_ *S
 	}
 	cu.Release()
 	return &Sandbox{rt: r, id: spec.ID, dir: dir, state: st, agent: agentsandbox.NewAgent(Tier, spec.ID, run.client), cg: cg, wait: run.wait, releaseRoot: root.release, upper: root.upper, upperDir: root.upperDir}, nil
+}
+
+// prepare makes sandbox spec's directory (removed by cu) and state, and
+// finds its agent binary: from the image's toolkit layer mount,
+// read-only (release lets the mount go).
+func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec, warm bool, cu *cleanup.Stack) (dir string, st *state, exe string, release func(), err error) {
+	if dir, err = r.newDir(spec.ID, cu); err != nil {
+		return "", nil, "", nil, err
+	}
+	if exe, release, err = r.findGuest(ctx, spec.Image.Layers); err != nil {
+		return "", nil, "", nil, err
+	}
+	return dir, &state{Spec: spec, Created: time.Now().UTC(), Warm: warm}, exe, release, nil
 }
 
 // newDir makes the directory of sandbox id, removed by cu.

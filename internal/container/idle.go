@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/dsec-dev/dsec/internal/agentsandbox"
 	"github.com/dsec-dev/dsec/internal/cleanup"
@@ -78,12 +77,7 @@ func (p *pendingRoot) close() {
 func (r *Runtime) buildIdle(ctx context.Context, spec sandbox.Spec) (*Sandbox, error) {
 	var cu cleanup.Stack
 	defer cu.Clean()
-	dir, err := r.newDir(spec.ID, &cu)
-	if err != nil {
-		return nil, err
-	}
-	st := &state{Spec: spec, Created: time.Now().UTC(), Warm: true}
-	guestExe, releaseGuest, err := r.findGuest(ctx, spec.Image.Layers)
+	dir, st, guestExe, releaseGuest, err := r.prepare(ctx, spec, true, &cu)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/image/blobstore"
 	"github.com/dsec-dev/dsec/internal/image/layercache"
 	"github.com/dsec-dev/dsec/internal/image/lazyblob"
+	"github.com/dsec-dev/dsec/internal/image/profiles"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/natsbus"
 	"github.com/dsec-dev/dsec/internal/node"
@@ -252,7 +253,11 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 		IDMap: idmap,
 	}
 	if d.cfg.Images.Lazy {
-		lazy, err := d.lazyBlobs(ctx)
+		prof, err := profiles.Open(ctx, d.nc, 1)
+		if err != nil {
+			return err
+		}
+		lazy, err := d.lazyBlobs(ctx, prof)
 		if err != nil {
 			return err
 		}
@@ -263,7 +268,7 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 				d.log.Warn("closing the lazy blob server", "err", err)
 			}
 		})
-		lopt.Lazy = lazy
+		lopt.Lazy, lopt.Profiles = lazy, prof
 	}
 	layers, err := layercache.New(ctx, lopt)
 	if err != nil {
@@ -429,13 +434,21 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 
 // lazyBlobs mounts the node's server of data blobs loaded on demand: its
 // FUSE files under node/lazy, its chunk cache in chunks/ (on disk, beside
-// the layer cache).
-func (d *daemon) lazyBlobs(ctx context.Context) (*lazyblob.Server, error) {
+// the layer cache). The access profiles its readers make are merged into
+// prof, for every node's prefetch.
+func (d *daemon) lazyBlobs(ctx context.Context, prof *profiles.Store) (*lazyblob.Server, error) {
 	return lazyblob.Mount(ctx, lazyblob.Options{
 		Dir:          filepath.Join(d.cfg.DataDir, "node", "lazy"),
 		CacheDir:     filepath.Join(d.cfg.DataDir, "chunks"),
 		FetchTimeout: time.Duration(d.cfg.Images.LazyFetchTimeoutS) * time.Second,
 		Complete:     true, // the rest of a layer streams in while its sandboxes pause
 		Logger:       d.log,
+		OnProfile: func(digest string, order []int) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := prof.Merge(ctx, digest, order); err != nil {
+				d.log.Warn("keeping a layer's access profile", "blob", digest, "err", err)
+			}
+		},
 	})
 }

@@ -9,11 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/client"
 	"github.com/dsec-dev/dsec/client/tardir"
+	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/config"
+	"github.com/dsec-dev/dsec/internal/image/chunks"
+	"github.com/dsec-dev/dsec/internal/image/profiles"
+	"github.com/dsec-dev/dsec/internal/natsbus"
 	"github.com/dsec-dev/dsec/internal/sys"
 	"github.com/dsec-dev/dsec/internal/testenv"
 )
@@ -29,7 +34,7 @@ func TestLazyImagesEndToEnd(t *testing.T) {
 		t.Skipf("the kernel has no FUSE device: %v", err)
 	}
 	dir := t.TempDir()
-	u := startUp(t, dir, func(c *config.Config) { c.Images.Lazy = true })
+	u := startUp(t, dir, func(c *config.Config) { c.Images.Lazy, c.NATS.Listen = true, "127.0.0.1:0" })
 	ctx := context.Background()
 
 	src := t.TempDir()
@@ -76,6 +81,33 @@ func TestLazyImagesEndToEnd(t *testing.T) {
 	if err != nil || len(ms) != 1 {
 		t.Errorf("the lazy blob mount: %q, %v", ms, err)
 	}
+	// The chunks the sandbox read are the layer's access profile, kept in
+	// the shared bucket once its reads pause, for every node's prefetch.
+	natsToken, _, err := auth.LoadOrCreateAt(filepath.Join(dir, "nats.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsbus.Dial(ctx, u.info.NATSURL, natsToken, "test-profiles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	prof, err := profiles.Open(ctx, nc, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := os.ReadFile(filepath.Join(files, "chunks.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := chunks.Parse(ib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the layer's access profile to be kept", func() bool {
+		order, err := prof.Profile(ctx, idx.Digest)
+		return err == nil && len(order) >= 5 // the 5 MiB file, in 1 MiB chunks
+	})
 	if err := u.c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}

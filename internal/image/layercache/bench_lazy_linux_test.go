@@ -57,18 +57,24 @@ func BenchmarkFirstCommand(b *testing.B) {
 // benchFirstCommand is one row of BenchmarkFirstCommand: n files read.
 func benchFirstCommand(b *testing.B, e *env, store blobstore.Store, l Layer, name string, n int) {
 	b.Run(name, func(b *testing.B) {
-		var eager, lazy time.Duration
+		var eager, lazy, profiled time.Duration
 		var fetched int64
 		for i := range b.N {
-			eager += firstCommand(b, e, store, l, n, false, i, nil)
+			eager += firstCommand(b, e, store, l, n, run{id: fmt.Sprint("eager-", i)})
 			var st lazyblob.Stats
-			lazy += firstCommand(b, e, store, l, n, true, i, &st)
+			var prof []int
+			lazy += firstCommand(b, e, store, l, n, run{id: fmt.Sprint("lazy-", i), lazy: true, stats: &st, record: &prof})
 			fetched += st.BytesFetched
+			// A node that mounts the layer after it: the profile the
+			// lazy run recorded is prefetched, from an empty cache too.
+			profiled += firstCommand(b, e, store, l, n, run{id: fmt.Sprint("profiled-", i), lazy: true, profile: prof})
 		}
 		ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(b.N) }
 		b.ReportMetric(ms(eager), "eager-ms")
 		b.ReportMetric(ms(lazy), "lazy-ms")
+		b.ReportMetric(ms(profiled), "profiled-ms")
 		b.ReportMetric(float64(eager)/float64(lazy), "eager/lazy")
+		b.ReportMetric(float64(eager)/float64(profiled), "eager/profiled")
 		b.ReportMetric(float64(fetched)/float64(b.N)/(1<<20), "lazy-fetched-MiB")
 	})
 }
@@ -152,13 +158,32 @@ func benchImage(b *testing.B, e *env, store blobstore.Store, mb int) Layer {
 	return Layer{ID: a.ID(), Manifest: a.Manifest}
 }
 
+// run is one first command's setup: eager, lazy (recording the blob's
+// access profile if record is set), or lazy with a profile to prefetch.
+type run struct {
+	id      string
+	lazy    bool
+	stats   *lazyblob.Stats // set at the end, if not nil
+	record  *[]int
+	profile []int
+}
+
+// staticProfile is a profile store holding one profile for every blob.
+type staticProfile []int
+
+func (p staticProfile) Profile(context.Context, string) ([]int, error) { return p, nil }
+
 // firstCommand opens an empty cache, makes a root of l and reads n of
 // its files, and returns how long that took; then it cleans up.
-func firstCommand(b *testing.B, e *env, store blobstore.Store, l Layer, n int, lazy bool, run int, st *lazyblob.Stats) time.Duration {
+func firstCommand(b *testing.B, e *env, store blobstore.Store, l Layer, n int, r run) time.Duration {
 	b.Helper()
 	ctx := context.Background()
-	dir := filepath.Join(e.root, fmt.Sprintf("run-%v-%d", lazy, run))
+	dir := filepath.Join(e.root, "run-"+r.id)
 	opt := Options{Dir: filepath.Join(dir, "layers"), Store: store}
+	if r.profile != nil {
+		opt.Profiles = staticProfile(r.profile)
+	}
+	lazy := r.lazy
 	var srv *lazyblob.Server
 	if lazy {
 		var err error
@@ -193,6 +218,9 @@ func firstCommand(b *testing.B, e *env, store blobstore.Store, l Layer, n int, l
 		}
 	}
 	took := time.Since(start)
+	if r.record != nil {
+		*r.record, _ = srv.Profile(l.Manifest.Blob.Digest)
+	}
 	release()
 	if err := c.GC(ctx); err != nil {
 		b.Fatal(err)
@@ -201,7 +229,9 @@ func firstCommand(b *testing.B, e *env, store blobstore.Store, l Layer, n int, l
 		b.Fatal(err)
 	}
 	if srv != nil {
-		*st = srv.Stats()
+		if r.stats != nil {
+			*r.stats = srv.Stats()
+		}
 		if err := srv.Close(); err != nil {
 			b.Fatal(err)
 		}

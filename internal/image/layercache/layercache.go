@@ -105,6 +105,10 @@ type Options struct {
 	// sandboxes read (see lazy.go). Layers without an index are fetched
 	// whole either way.
 	Lazy LazyBlobs
+	// Profiles, with Lazy, gives layers' access profiles: when a lazily
+	// loaded layer is mounted, the chunks its profile lists are fetched
+	// ahead of its readers (LazyBlobs.Prefetch).
+	Profiles Profiles
 	// Logger receives the cache's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -136,6 +140,7 @@ type Cache struct {
 	budget int64
 	idmap  *IDMap
 	lazy   LazyBlobs // nil: every layer is fetched whole
+	prof   Profiles  // nil: no prefetch
 	log    *slog.Logger
 
 	trim chan struct{} // pokes the evictor (buffered, 1)
@@ -228,6 +233,7 @@ func New(ctx context.Context, opt Options) (*Cache, error) {
 		budget: opt.Budget,
 		idmap:  opt.IDMap,
 		lazy:   opt.Lazy,
+		prof:   opt.Profiles,
 		log:    opt.Logger,
 		trim:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),

@@ -27,6 +27,15 @@ type LazyBlobs interface {
 	// CompleteFile returns a local file holding the whole blob, checked,
 	// once every chunk of it has been fetched.
 	CompleteFile(digest string) (string, bool)
+	// Prefetch fetches the listed chunks of a served blob in the
+	// background, ahead of its readers.
+	Prefetch(digest string, order []int)
+}
+
+// Profiles gives a blob's access profile: the chunks its readers asked
+// for first, in order (profiles.Store); nil if it has none.
+type Profiles interface {
+	Profile(ctx context.Context, digest string) ([]int, error)
 }
 
 // A layer cached lazily has, in files/<hex>, its metadata, its chunk
@@ -71,8 +80,27 @@ func (c *Cache) blobPath(ctx context.Context, hex string) (path string, lazy boo
 	if err != nil {
 		return "", true, corrupt(hex, "%v", err)
 	}
-	path, err = c.lazy.Add(ctx, idx, c.store)
-	return path, true, err
+	if path, err = c.lazy.Add(ctx, idx, c.store); err != nil {
+		return path, true, err
+	}
+	c.prefetch(ctx, idx.Digest)
+	return path, true, nil
+}
+
+// prefetch starts fetching the chunks of blob digest that its access
+// profile lists. A profile that cannot be read costs only the prefetch.
+func (c *Cache) prefetch(ctx context.Context, digest string) {
+	if c.prof == nil {
+		return
+	}
+	order, err := c.prof.Profile(ctx, digest)
+	if err != nil {
+		c.log.Warn("reading a layer's access profile; not prefetching", "blob", digest, "err", err)
+		return
+	}
+	if len(order) > 0 {
+		c.lazy.Prefetch(digest, order)
+	}
 }
 
 // readIndex reads the chunk index in a layer's files directory (its

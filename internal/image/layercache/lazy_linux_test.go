@@ -3,14 +3,17 @@ package layercache
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/image/chunks"
 	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/image/lazyblob"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // withChunks gives l a chunk index (stored with its files), as layers
@@ -183,4 +186,54 @@ func TestLazyLayers(t *testing.T) {
 	}
 	release()
 	gcAndCheckEmpty(t, c, e.dir)
+}
+
+// TestLazyPrefetch: a lazily loaded layer with an access profile has the
+// chunks it lists fetched when it is mounted, before anything reads
+// them; without one nothing is fetched until a read.
+func TestLazyPrefetch(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	base := e.withChunks(e.layer(map[string]string{"big/a": random(3, 4<<20), "small.txt": "small"}))
+	for _, profiled := range []bool{false, true} {
+		// A node of its own each time: its own layer and chunk caches.
+		node := filepath.Join(e.root, fmt.Sprintf("node-%v", profiled))
+		srv, err := lazyblob.Mount(ctx, lazyblob.Options{Dir: filepath.Join(node, "lazy"), CacheDir: filepath.Join(node, "chunks")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt := Options{Lazy: srv, Dir: filepath.Join(node, "layers")}
+		if profiled {
+			opt.Profiles = staticProfile{3, 1, 2}
+		}
+		c := e.open(opt)
+		upper := filepath.Join(node, "upper")
+		if err := os.Mkdir(upper, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, release, err := c.Root(ctx, "prefetch", []Layer{base}, upper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if profiled {
+			testenv.Eventually(t, 10*time.Second, "the profile's 3 chunks to be prefetched", func() bool {
+				return srv.Stats().ChunksFetched >= 3
+			})
+		} else {
+			time.Sleep(200 * time.Millisecond)
+			if n := srv.Stats().ChunksFetched; n > 1 {
+				t.Errorf("without a profile, mounting fetched %d chunks", n)
+			}
+		}
+		release()
+		if err := c.GC(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

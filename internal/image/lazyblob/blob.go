@@ -35,11 +35,22 @@ type blob struct {
 	life context.Context
 	kill context.CancelFunc
 
+	// onProfile, if set, is handed the blob's access profile (profile.go).
+	onProfile func(digest string, order []int)
+
 	mu         sync.Mutex // guards following fields
 	flights    map[int]*flight
 	closed     bool
 	completing bool      // the completer has been started
 	lastMiss   time.Time // when a reader last waited for a fetch
+	// The access profile (profile.go): chunks in the order readers first
+	// asked for them, which of them were, when the last was first asked
+	// for, how many onProfile was handed, and whether a reporter runs.
+	touched   []int
+	seen      []bool
+	lastTouch time.Time
+	reported  int
+	reporting bool
 }
 
 // flight is one chunk's fetch (or, for a chunk an earlier run cached,
@@ -113,6 +124,9 @@ func (b *blob) get(ctx context.Context, i int, background bool) ([]byte, error) 
 	if b.closed {
 		b.mu.Unlock()
 		return nil, errdefs.New(errdefs.Unavailable, api.CodeLazyBlobsClosed, "blob %s is no longer served", b.idx.Digest)
+	}
+	if !background {
+		b.touchLocked(i)
 	}
 	if b.cache.chunk(i) == chunkVerified {
 		b.mu.Unlock()

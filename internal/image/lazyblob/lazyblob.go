@@ -37,7 +37,9 @@
 // its other chunks fetched too, in order, one at a time, whenever no
 // reader has waited for a fetch for a moment (complete.go): later reads
 // find them local, and a blob fetched whole can be read from its cache
-// file directly (CompleteFile).
+// file directly (CompleteFile). Readers' first asks make the blob's
+// access profile, handed to Options.OnProfile; Prefetch fetches a profile
+// another run recorded ahead of the readers (profile.go).
 // The blob file is opened for direct I/O, so the kernel keeps no pages
 // of it: the chunks are in the page cache already as the cache file's,
 // and what EROFS read as its files'.
@@ -133,6 +135,11 @@ type Options struct {
 	// Complete fetches the rest of a blob in the background once a
 	// reader has fetched a chunk of it, while reads pause (complete.go).
 	Complete bool
+	// OnProfile, if set, is handed a blob's access profile (the chunks
+	// in the order readers first asked for them) once its readers pause
+	// and when it closes (profile.go). It is called from the Server's
+	// goroutines, one at a time per blob.
+	OnProfile func(digest string, order []int)
 }
 
 // withDefaults checks o and fills in its defaults. Errors: class Invalid,

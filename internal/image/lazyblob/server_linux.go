@@ -39,6 +39,7 @@ type Server struct {
 	dir, cacheDir string
 	timeout       time.Duration
 	complete      bool // Options.Complete
+	onProfile     func(digest string, order []int)
 	log           *slog.Logger
 	lock          *os.File // holds the cache directory's flock
 	root          *rootNode
@@ -98,7 +99,7 @@ func Mount(ctx context.Context, opt Options) (*Server, error) {
 		return nil, fmt.Errorf("mounting lazy blobs: %w", err)
 	}
 	cu.Add(func() { _, _ = sys.UnmountFUSE(opt.Dir) }) // undoing a failed Mount; its error is the one to report
-	s := &Server{dir: opt.Dir, cacheDir: opt.CacheDir, timeout: opt.FetchTimeout, complete: opt.Complete, log: opt.Logger, lock: lock,
+	s := &Server{dir: opt.Dir, cacheDir: opt.CacheDir, timeout: opt.FetchTimeout, complete: opt.Complete, onProfile: opt.OnProfile, log: opt.Logger, lock: lock,
 		root: &rootNode{}, served: make(chan struct{}), blobs: map[string]*entry{}}
 	entryTimeout, attrTimeout := time.Duration(0), time.Hour // names come and go; a file's attributes never change
 	fsys := fs.NewNodeFS(s.root, &fs.Options{
@@ -213,7 +214,7 @@ func (s *Server) Add(ctx context.Context, idx chunks.Index, src Source) (string,
 			return "", err
 		}
 		e = &entry{b: newBlob(idx, src, cache, &s.stats, s.log, s.timeout)}
-		e.b.complete = s.complete
+		e.b.complete, e.b.onProfile = s.complete, s.onProfile
 		s.blobs[name] = e
 	}
 	// New, or removed but still open (then named again). A new inode
@@ -281,6 +282,37 @@ func (s *Server) CompleteFile(digest string) (string, bool) {
 		return "", false
 	}
 	return e.b.cache.data.Name(), true
+}
+
+// Prefetch fetches the chunks order lists of the blob named by digest,
+// if it is served, in the background ahead of its readers (an access
+// profile an earlier run recorded; see Options.OnProfile). Chunks cached
+// already, and indexes out of range, are skipped.
+func (s *Server) Prefetch(digest string, order []int) {
+	if e := s.entryOf(digest); e != nil {
+		e.b.prefetch(order)
+	}
+}
+
+// Profile returns the access profile so far of the blob named by digest
+// if it is served.
+func (s *Server) Profile(digest string) ([]int, bool) {
+	e := s.entryOf(digest)
+	if e == nil {
+		return nil, false
+	}
+	return e.b.profile(), true
+}
+
+// entryOf returns the entry of the blob named by digest, or nil.
+func (s *Server) entryOf(digest string) *entry {
+	name, ok := hexOf(digest)
+	if !ok {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.blobs[name]
 }
 
 // Stats returns the chunk counters since Mount.

@@ -33,3 +33,9 @@ func (s *Server) CompleteFile(digest string) (string, bool) { return "", false }
 func (s *Server) Dir() string { return "" }
 
 func (s *Server) Close() error { return nil }
+
+// Prefetch does nothing where Mount fails.
+func (s *Server) Prefetch(digest string, order []int) {}
+
+// Profile reports nothing where Mount fails.
+func (s *Server) Profile(digest string) ([]int, bool) { return nil, false }
