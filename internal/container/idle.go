@@ -142,9 +142,15 @@ func (r *Runtime) bindIdle(ctx context.Context, sb *Sandbox, spec sandbox.Spec) 
 	if _, _, err := uc.WriteMsgUnix(msg, sys.UnixRights(int(root.fd.Fd())), nil); err != nil {
 		return fmt.Errorf("handing the agent its root: %w", err)
 	}
+	// From here the sandbox holds the root, and Destroy lets it go (after
+	// the kill), and closes the connection, through the agent.
+	cu.Release()
+	sb.releaseRoot = root.release
+	sb.umu.Lock()
+	sb.upper, sb.upperDir = root.upper, root.upperDir
+	sb.umu.Unlock()
 	client := agentproto.NewClient(p.conn, r.log)
 	sb.pending = nil
-	// From here Destroy closes the connection, through the agent.
 	sb.agent = agentsandbox.NewAgent(Tier, spec.ID, client)
 	if _, err := client.Hello(ctx); err != nil {
 		err = fmt.Errorf("%w (console: %s)", setupError(p.syncR, err), consoleTail(sb.dir))
@@ -157,10 +163,6 @@ func (r *Runtime) bindIdle(ctx context.Context, sb *Sandbox, spec sandbox.Spec) 
 	if err := st.write(sb.dir); err != nil {
 		return err
 	}
-	cu.Release()
-	sb.state, sb.releaseRoot = &st, root.release
-	sb.umu.Lock()
-	sb.upper, sb.upperDir = root.upper, root.upperDir
-	sb.umu.Unlock()
+	sb.state = &st
 	return nil
 }
