@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -97,21 +99,18 @@ func TestLazyLayer(t *testing.T) {
 	checkMapped(t, filepath.Join(lazy, "big/one-and-a-half"), testenv.RandBytes(2, 3<<19))
 }
 
-// checkMapped maps the file at p and compares its bytes with want.
+// checkMapped maps the file at p and compares its bytes with want, in a
+// child process (mappedRole says why).
 func checkMapped(t *testing.T, p string, want []byte) {
 	t.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := syscall.Mmap(int(f.Fd()), 0, len(want), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatalf("mapping %s: %v", p, err)
-	}
-	defer syscall.Munmap(m)
-	if !bytes.Equal(m, want) {
-		t.Errorf("%s mapped is not its content", p)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum := sha256.Sum256(want)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mappedEnv+"="+p, mappedEnv+"_SHA256="+hex.EncodeToString(sum[:]), mappedEnv+"_LEN="+strconv.Itoa(len(want)))
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Errorf("%s mapped is not its content: %v: %s", p, err, out)
 	}
 }
 
