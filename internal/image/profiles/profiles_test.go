@@ -53,7 +53,7 @@ func TestMerge(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	wg.Wait() // bounded: each Merge is a few requests within ctx
 	got, _ := a.Profile(ctx, digest)
 	for w := range 4 {
 		if !slices.Contains(got, 100+w) {
