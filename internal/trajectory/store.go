@@ -283,9 +283,7 @@ func (s *Store) writeHead(ctx context.Context, h Head, rev uint64) (uint64, erro
 	}
 	nrev, err := s.heads.Update(ctx, headKey(h.ID), b, rev)
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if wrongSequence(err) {
 			return 0, changed(h.ID, "changed concurrently")
 		}
 		return 0, fmt.Errorf("updating trajectory head %s: %w", h.ID, err)
