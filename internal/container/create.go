@@ -351,19 +351,20 @@ func (r *Runtime) firstConfig(dir string, spec sandbox.Spec, ep *network.Endpoin
 	if err != nil {
 		return setup.SandboxConfig{}, err
 	}
-	cfg := setup.SandboxConfig{
-		KeepCaps: capNumbers(caps),
-		SockDir:  sockDir, Hostname: agentsandbox.Hostname(spec.ID),
-		Hosts:      agentsandbox.HostsFile(spec.ID, ep),
-		ResolvConf: agentsandbox.ResolvConf(ep),
-		Seccomp:    prog,
-		Env:        agentsandbox.BaseEnv(nil),
-	}
+	cfg := identity(spec.ID, ep)
+	cfg.KeepCaps, cfg.SockDir, cfg.Seccomp = capNumbers(caps), sockDir, prog
 	if ep.NetnsPath == "" {
 		// Every group of the sandbox may ping: its own ids.
 		cfg.OwnNetwork, cfg.NetSysctls = true, network.LoopbackSysctls(fmt.Sprintf("0 %d", r.opt.IDCount-1))
 	}
 	return cfg, nil
+}
+
+// identity is the part of a first process's config that names sandbox
+// id on endpoint ep: hostname, /etc files, environment.
+func identity(id string, ep *network.Endpoint) setup.SandboxConfig {
+	return setup.SandboxConfig{Hostname: agentsandbox.Hostname(id), Hosts: agentsandbox.HostsFile(id, ep),
+		ResolvConf: agentsandbox.ResolvConf(ep), Env: agentsandbox.BaseEnv(nil)}
 }
 
 // takeOwner takes the owner of a sandbox's user namespace: per-user

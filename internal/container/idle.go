@@ -128,9 +128,9 @@ func (r *Runtime) bindIdle(ctx context.Context, sb *Sandbox, spec sandbox.Spec) 
 		return err
 	}
 	defer root.fd.Close()
-	ep := &network.Endpoint{}
-	msg, err := setup.RootMessage(setup.SandboxConfig{Rootfs: root.path, SockDir: filepath.Join(sb.dir, "sock"), Hostname: agentsandbox.Hostname(spec.ID),
-		Hosts: agentsandbox.HostsFile(spec.ID, ep), ResolvConf: agentsandbox.ResolvConf(ep), Env: agentsandbox.BaseEnv(nil)})
+	cfg := identity(spec.ID, &network.Endpoint{})
+	cfg.Rootfs, cfg.SockDir = root.path, filepath.Join(sb.dir, "sock")
+	msg, err := setup.RootMessage(cfg)
 	if err != nil {
 		return err
 	}
