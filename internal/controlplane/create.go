@@ -165,6 +165,10 @@ type createOpts struct {
 	// node, if set, is preferred (fork siblings share their snapshot's
 	// pages there).
 	node string
+	// await, if set, is waited for before the sandbox is made on another
+	// node than node (a fork's snapshot is in node's layer cache before
+	// its upload to the blob store ends).
+	await func(context.Context) error
 	// parent and parentStep make a fork child's trajectory.
 	parent     string
 	parentStep int
@@ -215,6 +219,11 @@ func (m *Manager) create(ctx context.Context, owner string, req api.CreateSandbo
 		return out, err
 	}
 	defer func() { placed(err == nil) }()
+	if o.await != nil && node != o.node {
+		if err := o.await(ctx); err != nil {
+			return out, err
+		}
+	}
 
 	now := time.Now().UTC()
 	id := o.id

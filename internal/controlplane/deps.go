@@ -39,6 +39,7 @@ type eventLog interface {
 // snapshotRecords says whose each snapshot is.
 type snapshotRecords interface {
 	PutSnapshot(ctx context.Context, r store.SnapshotRecord) error
+	UpdateSnapshot(ctx context.Context, r store.SnapshotRecord) error
 	GetSnapshot(ctx context.Context, id string) (store.SnapshotRecord, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 	ListSnapshots(ctx context.Context) ([]store.SnapshotRecord, error)
@@ -61,6 +62,8 @@ type nodeLifecycle interface {
 	SetPhase(ctx context.Context, node, id string, p api.Phase) error
 	// Snapshot stores a sandbox's writable state as a layer.
 	Snapshot(ctx context.Context, node, id string, req noderpc.SnapshotRequest) (noderpc.SnapshotReply, error)
+	// Stored waits for a Background snapshot's upload.
+	Stored(ctx context.Context, node, id string, layer noderpc.LayerRef) (noderpc.StoredReply, error)
 	ServeEnded(handle func(noderpc.EndedReport) error) (stop func(), err error)
 }
 

@@ -83,6 +83,16 @@ func (s *memStore) PutSnapshot(ctx context.Context, r store.SnapshotRecord) erro
 	return nil
 }
 
+func (s *memStore) UpdateSnapshot(ctx context.Context, r store.SnapshotRecord) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if _, ok := s.d.snaps[r.ID]; !ok {
+		return errdefs.New(errdefs.NotFound, api.CodeSnapshotNotFound, "snapshot %s not found", r.ID)
+	}
+	s.d.snaps[r.ID] = r
+	return nil
+}
+
 func (s *memStore) GetSnapshot(ctx context.Context, id string) (store.SnapshotRecord, error) {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
@@ -400,6 +410,10 @@ func (f *fakeNodes) Snapshot(ctx context.Context, node, id string, req noderpc.S
 	return noderpc.SnapshotReply{}, errors.New("Snapshot is not faked")
 }
 
+func (f *fakeNodes) Stored(ctx context.Context, node, id string, layer noderpc.LayerRef) (noderpc.StoredReply, error) {
+	return noderpc.StoredReply{}, errors.New("Stored is not faked")
+}
+
 func (f *fakeNodes) ServeEnded(handle func(noderpc.EndedReport) error) (func(), error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -460,7 +474,7 @@ func (f fakeImages) Stack(ctx context.Context, base string, top []api.ImageLayer
 	return image.Resolved{}, errors.New("Stack is not faked")
 }
 
-func (f fakeImages) RegisterLayer(ctx context.Context, m layer.Manifest) (store.LayerRecord, error) {
+func (f fakeImages) RegisterLayer(ctx context.Context, m layer.Manifest, uploading bool) (store.LayerRecord, error) {
 	return store.LayerRecord{}, errors.New("RegisterLayer is not faked")
 }
 

@@ -21,6 +21,12 @@ const forkParallel = 8
 // that names the parent and the step it forked at. Children prefer the
 // parent's node, where the snapshot's pages are shared. If one child
 // cannot be made, none is kept.
+//
+// The snapshot's layer uploads to the blob store while the children
+// start from the parent node's layer cache (a child placed on another
+// node waits for the upload); the fork answers once both are done, so
+// an answered fork's snapshot is stored. The parent's trajectory waits
+// meanwhile: the snapshot is its next step.
 func (m *Manager) Fork(ctx context.Context, owner, id string, req api.ForkRequest) (api.ForkResult, error) {
 	if req.Count < 1 || req.Count > m.lim.MaxForkCount {
 		return api.ForkResult{}, errdefs.New(errdefs.Invalid, api.CodeInvalidForkCount, "count must be between 1 and %d", m.lim.MaxForkCount)
@@ -28,13 +34,67 @@ func (m *Manager) Fork(ctx context.Context, owner, id string, req api.ForkReques
 	if req.TimeoutS < 0 || req.TimeoutS > m.lim.MaxTimeoutS {
 		return api.ForkResult{}, errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "timeout_s must be between 0 and %d", m.lim.MaxTimeoutS)
 	}
-	snap, err := m.Snapshot(ctx, owner, id)
+	rec, err := m.running(owner, id)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	parent, err := m.owned(owner, id)
+	r, err := m.recording(ctx, rec)
 	if err != nil {
 		return api.ForkResult{}, err
+	}
+	if r != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.ff = nil
+	}
+	p, err := m.beginSnapshot(ctx, rec, r, true)
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	snap := p.snap
+	stored := make(chan struct{})
+	var storeErr error
+	go func() {
+		defer close(stored)
+		storeErr = m.awaitStored(ctx, p)
+	}()
+	await := func(ctx context.Context) error {
+		select {
+		case <-stored:
+			return storeErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	children, err := m.forkChildren(ctx, owner, id, snap, req, await)
+	<-stored // bounded: the upload's wait ends with ctx or the node's snapshot timeout
+	if err == nil && storeErr != nil {
+		err = storeErr
+	}
+	if err == nil {
+		snap, err = m.endSnapshot(ctx, p, r)
+	} else {
+		m.dropSnapshot(ctx, p)
+	}
+	if err != nil {
+		for _, c := range children {
+			_ = m.destroy(ctx, c.ID, "fork_failed")
+		}
+		return api.ForkResult{}, err
+	}
+	res := api.ForkResult{Snapshot: snap}
+	for _, c := range children {
+		res.Sandboxes = append(res.Sandboxes, c.Sandbox)
+	}
+	return res, nil
+}
+
+// forkChildren makes a fork's children from snap; if one cannot be made
+// it destroys the others and returns its error.
+func (m *Manager) forkChildren(ctx context.Context, owner, id string, snap api.Snapshot, req api.ForkRequest, await func(context.Context) error) ([]store.SandboxRecord, error) {
+	parent, err := m.owned(owner, id)
+	if err != nil {
+		return nil, err
 	}
 	children := make([]store.SandboxRecord, req.Count)
 	errs := make([]error, req.Count)
@@ -46,11 +106,10 @@ func (m *Manager) Fork(ctx context.Context, owner, id string, req api.ForkReques
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			children[i], errs[i] = m.forkChild(ctx, owner, parent, snap, req, i)
+			children[i], errs[i] = m.forkChild(ctx, owner, parent, snap, req, i, await)
 		}()
 	}
 	wg.Wait()
-	res := api.ForkResult{Snapshot: snap}
 	for i, err := range errs {
 		if err != nil {
 			for j, c := range children {
@@ -58,15 +117,14 @@ func (m *Manager) Fork(ctx context.Context, owner, id string, req api.ForkReques
 					_ = m.destroy(ctx, c.ID, "fork_failed")
 				}
 			}
-			return api.ForkResult{}, errdefs.Within(errdefs.ClassOf(err), errdefs.CodeOf(err), err, "fork child %d", i)
+			return nil, errdefs.Within(errdefs.ClassOf(err), errdefs.CodeOf(err), err, "fork child %d", i)
 		}
-		res.Sandboxes = append(res.Sandboxes, children[i].Sandbox)
 	}
-	return res, nil
+	return children, nil
 }
 
 // forkChild makes child n of a fork.
-func (m *Manager) forkChild(ctx context.Context, owner string, parent store.SandboxRecord, snap api.Snapshot, req api.ForkRequest, n int) (store.SandboxRecord, error) {
+func (m *Manager) forkChild(ctx context.Context, owner string, parent store.SandboxRecord, snap api.Snapshot, req api.ForkRequest, n int, await func(context.Context) error) (store.SandboxRecord, error) {
 	creq := api.CreateSandboxRequest{
 		Tier: parent.Tier, FromSnapshot: snap.ID, CPU: parent.CPU, MemoryMB: parent.MemoryMB, DiskMB: parent.DiskMB,
 		TimeoutS: parent.TimeoutS, Env: maps.Clone(parent.Env), SecretEnv: parent.SecretEnv, Labels: maps.Clone(parent.Labels),
@@ -78,7 +136,7 @@ func (m *Manager) forkChild(ctx context.Context, owner string, parent store.Sand
 	if req.Labels != nil {
 		creq.Labels = maps.Clone(req.Labels)
 	}
-	o := createOpts{node: parent.Node}
+	o := createOpts{node: parent.Node, await: await}
 	if parent.Trajectory != "" {
 		creq.Trajectory = fmt.Sprintf("%s/fork-%d-%d", parent.Trajectory, snap.Step, n+1)
 		o.parent, o.parentStep = parent.Trajectory, snap.Step

@@ -117,9 +117,10 @@ type imageResolver interface {
 	// LayerPaths and ReadLayerFile read a tests layer (sealed grading).
 	LayerPaths(ctx context.Context, id string) (map[string]bool, error)
 	ReadLayerFile(ctx context.Context, id, p string, max int64) ([]byte, error)
-	// RegisterLayer records a layer a node built and stored (a snapshot's);
-	// Stack records an image made of another with layers on top.
-	RegisterLayer(ctx context.Context, m layer.Manifest) (store.LayerRecord, error)
+	// RegisterLayer records a layer a node built and stored, or is
+	// uploading (a snapshot's); Stack records an image made of another
+	// with layers on top.
+	RegisterLayer(ctx context.Context, m layer.Manifest, uploading bool) (store.LayerRecord, error)
 	Stack(ctx context.Context, base string, top []api.ImageLayer, tiers []string) (image.Resolved, error)
 }
 

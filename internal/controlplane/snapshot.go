@@ -41,16 +41,38 @@ func (m *Manager) Snapshot(ctx context.Context, owner, id string) (api.Snapshot,
 
 // snapshotLocked takes a snapshot of rec (r, if not nil, is held).
 func (m *Manager) snapshotLocked(ctx context.Context, rec store.SandboxRecord, r *recording) (api.Snapshot, error) {
+	p, err := m.beginSnapshot(ctx, rec, r, false)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	return m.endSnapshot(ctx, p, r)
+}
+
+// pendingSnapshot is a snapshot recorded (others may start from it on
+// its node) whose layer may still be uploading, and which its sandbox's
+// record and trajectory do not show yet.
+type pendingSnapshot struct {
+	snap    api.Snapshot
+	rec     store.SandboxRecord
+	reply   noderpc.SnapshotReply
+	layerID string
+}
+
+// beginSnapshot has rec's node snapshot it (with background, answering
+// before the layer is uploaded) and records the snapshot: from_snapshot
+// may use it on that node at once. endSnapshot, or dropSnapshot if the
+// upload fails, must follow, with r (if not nil) held throughout.
+func (m *Manager) beginSnapshot(ctx context.Context, rec store.SandboxRecord, r *recording, background bool) (*pendingSnapshot, error) {
 	if rec.ImageSource != "layers" {
-		return api.Snapshot{}, errdefs.New(errdefs.Unsupported, api.CodeUnsupportedOnTier, "sandbox %s runs a directory image: only layered images can be snapshotted", rec.ID)
+		return nil, errdefs.New(errdefs.Unsupported, api.CodeUnsupportedOnTier, "sandbox %s runs a directory image: only layered images can be snapshotted", rec.ID)
 	}
-	reply, err := m.nodes.Snapshot(ctx, rec.Node, rec.ID, noderpc.SnapshotRequest{ID: rec.ID})
+	reply, err := m.nodes.Snapshot(ctx, rec.Node, rec.ID, noderpc.SnapshotRequest{ID: rec.ID, Background: background})
 	if err != nil {
-		return api.Snapshot{}, err
+		return nil, err
 	}
-	lr, err := m.images.RegisterLayer(ctx, reply.Layer.Manifest)
+	lr, err := m.images.RegisterLayer(ctx, reply.Layer.Manifest, !reply.Stored)
 	if err != nil {
-		return api.Snapshot{}, err
+		return nil, err
 	}
 	// The new layer goes on the image of the sandbox's last snapshot, or,
 	// if it is the first or a full one (the node lost its index of the
@@ -66,37 +88,73 @@ func (m *Manager) snapshotLocked(ctx context.Context, rec store.SandboxRecord, r
 	if n := len(prev); n == 0 || prev[n-1] != lr.ID {
 		img, err := m.images.Stack(ctx, base, []api.ImageLayer{{Role: RoleState, ID: lr.ID}}, snapshotTiers(rec.Tier))
 		if err != nil {
-			return api.Snapshot{}, err
+			return nil, err
 		}
 		imageID, state = img.ID, append(state, lr.ID)
 	}
-	snap := api.Snapshot{
+	p := &pendingSnapshot{rec: rec, reply: reply, layerID: lr.ID}
+	p.snap = api.Snapshot{
 		ID: "snap-" + strings.ToLower(ulid.MustNew(ulid.Now(), rand.Reader).String()), Sandbox: rec.ID, Trajectory: rec.Trajectory,
 		Tier: rec.Tier, Image: imageID, Layers: state, Bytes: reply.Bytes, CreatedAt: time.Now().UTC(),
 	}
 	if r != nil {
-		snap.Step = r.next
+		p.snap.Step = r.next
 	}
-	if err := m.st.PutSnapshot(ctx, store.SnapshotRecord{Snapshot: snap, Owner: rec.Owner}); err != nil {
+	if err := m.st.PutSnapshot(ctx, store.SnapshotRecord{Snapshot: p.snap, Owner: rec.Owner}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// awaitStored waits for the upload of a background snapshot's layer.
+func (m *Manager) awaitStored(ctx context.Context, p *pendingSnapshot) error {
+	if p.reply.Stored {
+		return nil
+	}
+	sr, err := m.nodes.Stored(ctx, p.rec.Node, p.rec.ID, p.reply.Layer)
+	if err != nil {
+		return err
+	}
+	p.reply.Stored, p.snap.Bytes = true, sr.Bytes
+	if sr.Bytes == 0 {
+		return nil
+	}
+	return m.st.UpdateSnapshot(ctx, store.SnapshotRecord{Snapshot: p.snap, Owner: p.rec.Owner})
+}
+
+// dropSnapshot forgets a snapshot whose layer was not stored.
+func (m *Manager) dropSnapshot(ctx context.Context, p *pendingSnapshot) {
+	if err := m.st.DeleteSnapshot(context.WithoutCancel(ctx), p.snap.ID); err != nil {
+		m.log.Warn("forgetting a snapshot whose layer was not stored", "snapshot", p.snap.ID, "err", err)
+	}
+}
+
+// endSnapshot waits for the layer's upload, then makes the snapshot the
+// sandbox's last and, in a recorded sandbox, a step of its trajectory.
+func (m *Manager) endSnapshot(ctx context.Context, p *pendingSnapshot, r *recording) (api.Snapshot, error) {
+	if err := m.awaitStored(ctx, p); err != nil {
+		m.dropSnapshot(ctx, p)
 		return api.Snapshot{}, err
 	}
-	if _, err := m.mutate(ctx, rec.ID, func(sr *store.SandboxRecord) (bool, error) {
+	state, imageID := p.snap.Layers, p.snap.Image
+	if _, err := m.mutate(ctx, p.rec.ID, func(sr *store.SandboxRecord) (bool, error) {
 		sr.StateLayers, sr.StateImage = state, imageID
 		// In use while the sandbox lives (layer removal checks Layers).
-		if !slices.Contains(sr.Layers, lr.ID) {
-			sr.Layers = append(sr.Layers, lr.ID)
+		if !slices.Contains(sr.Layers, p.layerID) {
+			sr.Layers = append(sr.Layers, p.layerID)
 		}
 		return true, nil
 	}); err != nil {
 		return api.Snapshot{}, err
 	}
 	if r != nil {
+		snap := p.snap
 		st := api.TrajectoryStep{Kind: api.KindSnapshot, Snapshot: &snap}
-		if err := m.appendStep(ctx, r, rec, &st); err != nil {
+		if err := m.appendStep(ctx, r, p.rec, &st); err != nil {
 			return api.Snapshot{}, err
 		}
 	}
-	return snap, nil
+	return p.snap, nil
 }
 
 // snapshotTiers are the tiers a snapshot of tier can start.

@@ -33,6 +33,11 @@ func TestForkContainer(t *testing.T) {
 	if len(fr.Sandboxes) != 8 {
 		t.Fatalf("fork(8) made %d", len(fr.Sandboxes))
 	}
+	// The snapshot's layer uploads while the children start; the fork's
+	// answer and the snapshot's record say what the upload stored.
+	if got, err := c.GetSnapshot(ctx, fr.Snapshot.ID); err != nil || fr.Snapshot.Bytes == 0 || got.Bytes != fr.Snapshot.Bytes {
+		t.Errorf("the fork's snapshot stored %d bytes; its record: %+v, %v", fr.Snapshot.Bytes, got, err)
+	}
 	kids := make([]string, 0, 8)
 	for _, ch := range fr.Sandboxes {
 		kids = append(kids, ch.ID)

@@ -341,8 +341,10 @@ func nameOf(id string, names []store.NameRecord) string {
 
 // RegisterLayer records a layer whose files a node built and stored in
 // the blob store itself (a snapshot's state layer): both files must be
-// there, and the manifest valid.
-func (r *Registry) RegisterLayer(ctx context.Context, m layer.Manifest) (store.LayerRecord, error) {
+// there, and the manifest valid. With uploading, the node is storing
+// them still (a fork's snapshot, which its children start from in that
+// node's cache meanwhile): the caller waits for the upload instead.
+func (r *Registry) RegisterLayer(ctx context.Context, m layer.Manifest, uploading bool) (store.LayerRecord, error) {
 	if r.blobs == nil {
 		return store.LayerRecord{}, errdefs.New(errdefs.Unsupported, api.CodeNoBlobStore, "this server has no blob store")
 	}
@@ -350,6 +352,9 @@ func (r *Registry) RegisterLayer(ctx context.Context, m layer.Manifest) (store.L
 		return store.LayerRecord{}, errdefs.Wrap(errdefs.Invalid, api.CodeInvalidLayer, err, "the node's layer is not valid")
 	}
 	for _, f := range []layer.FileRef{m.Meta, m.Blob} {
+		if uploading {
+			break
+		}
 		if _, err := r.blobs.Stat(ctx, f.Digest); err != nil {
 			return store.LayerRecord{}, errdefs.Within(errdefs.Invalid, api.CodeInvalidLayer, err, "the node's layer file %s is not in the blob store", f.Digest)
 		}

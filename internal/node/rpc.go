@@ -73,6 +73,17 @@ func (a *Service) handle(ctx context.Context, op string, m *nats.Msg) {
 		res, err := a.Snapshot(ctx, req)
 		a.reply(m, res, err)
 		return
+	case noderpc.OpStored:
+		var req noderpc.StoredRequest
+		if err := decode(m.Data, &req); err != nil {
+			a.replyErr(m, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(ctx, noderpc.SnapshotTimeout)
+		defer cancel()
+		res, err := a.Stored(ctx, req)
+		a.reply(m, res, err)
+		return
 	case noderpc.OpProcWait:
 		var req noderpc.ProcRequest
 		if err := decode(m.Data, &req); err != nil {

@@ -94,8 +94,9 @@ type Service struct {
 	gmu   sync.Mutex       // guards following field
 	gates map[string]*gate // admission of creates, by tier
 
-	smu   sync.Mutex            // guards following field
-	snaps map[string]*snapState // each sandbox's last snapshot (snapshot.go)
+	smu    sync.Mutex            // guards following fields
+	snaps  map[string]*snapState // each sandbox's last snapshot (snapshot.go)
+	stores map[string]*storeJob  // Background snapshots' uploads, by layer ID
 
 	sem chan struct{}
 	wg  sync.WaitGroup // request handlers and background loops

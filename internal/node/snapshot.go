@@ -56,7 +56,8 @@ func (a *Service) forgetSnapshots(id string) {
 // Snapshot stores sandbox req.ID's writable state as a state layer: the
 // tier copies what changed since the last snapshot (everything for a
 // full one) while it holds the sandbox still, the node builds an EROFS
-// layer of it and stores its files in the blob store.
+// layer of it, puts it in its own layer cache and stores its files in
+// the blob store (after answering, for a Background snapshot).
 func (a *Service) Snapshot(ctx context.Context, req noderpc.SnapshotRequest) (noderpc.SnapshotReply, error) {
 	start := time.Now()
 	sb, tier, err := a.lookup(req.ID)
@@ -83,7 +84,12 @@ func (a *Service) Snapshot(ctx context.Context, req noderpc.SnapshotRequest) (no
 	if err != nil {
 		return noderpc.SnapshotReply{}, err
 	}
-	defer os.RemoveAll(work)
+	keep := false // the background upload removes work once done
+	defer func() {
+		if !keep {
+			_ = os.RemoveAll(work)
+		}
+	}()
 	tree, out := filepath.Join(work, "tree"), filepath.Join(work, "layer")
 	idx, cst, err := sn.CaptureState(ctx, tree, since)
 	if err != nil {
@@ -93,16 +99,47 @@ func (a *Service) Snapshot(ctx context.Context, req noderpc.SnapshotRequest) (no
 	if err != nil {
 		return noderpc.SnapshotReply{}, fmt.Errorf("snapshot of sandbox %s: %w", req.ID, err)
 	}
-	stored, err := a.storeLayer(ctx, art)
-	if err != nil {
-		return noderpc.SnapshotReply{}, fmt.Errorf("snapshot of sandbox %s: %w", req.ID, err)
+	reply := noderpc.SnapshotReply{
+		Layer: layerspec.Layer{ID: art.ID(), Manifest: art.Manifest}, Full: since == nil,
+		Files: cst.Copied, Entries: cst.Entries, FrozenMS: float64(cst.Frozen.Microseconds()) / 1000,
+	}
+	adopted := a.adopt(ctx, art)
+	if req.Background && adopted {
+		_ = os.RemoveAll(tree) // the layer is built: only its files are uploaded
+		keep = true
+		a.storeBackground(req.ID, art, work, st, idx)
+	} else {
+		if reply.Bytes, err = a.storeLayer(ctx, art); err != nil {
+			return noderpc.SnapshotReply{}, fmt.Errorf("snapshot of sandbox %s: %w", req.ID, err)
+		}
+		reply.Stored = true
 	}
 	st.index = idx
-	return noderpc.SnapshotReply{
-		Layer: layerspec.Layer{ID: art.ID(), Manifest: art.Manifest}, Full: since == nil,
-		Bytes: stored, Files: cst.Copied, Entries: cst.Entries,
-		FrozenMS: float64(cst.Frozen.Microseconds()) / 1000, TotalMS: float64(time.Since(start).Microseconds()) / 1000,
-	}, nil
+	reply.TotalMS = float64(time.Since(start).Microseconds()) / 1000
+	return reply, nil
+}
+
+// layerAdopter is the part of the layer cache that takes in a layer
+// built on this node.
+type layerAdopter interface {
+	Adopt(ctx context.Context, art layer.Artifact) error
+}
+
+// adopt puts a snapshot's layer into the node's layer cache: a fork's
+// children, started here, then mount it without fetching back what the
+// node stores. It reports whether the cache took it; if not, sandboxes
+// fetch it from the store, and a Background snapshot stores it before
+// answering.
+func (a *Service) adopt(ctx context.Context, art layer.Artifact) bool {
+	ad, ok := a.opt.Layers.(layerAdopter)
+	if !ok {
+		return false
+	}
+	if err := ad.Adopt(ctx, art); err != nil {
+		a.log.Warn("keeping a snapshot's layer in the layer cache; it will be fetched", "layer", art.ID(), "err", err)
+		return false
+	}
+	return true
 }
 
 // snapshotScratch makes a private scratch directory for one snapshot.

@@ -50,6 +50,7 @@ const (
 	OpStats      = "stats"
 	OpSetPhase   = "phase"
 	OpSnapshot   = "snapshot"
+	OpStored     = "snapshot.stored"
 )
 
 // Headers.
@@ -269,6 +270,24 @@ func mapNATSError(node string, err error) error {
 type SnapshotRequest struct {
 	ID   string `json:"id"`
 	Full bool   `json:"full,omitempty"`
+	// Background answers once the layer is built and in the node's own
+	// layer cache, and stores it in the blob store meanwhile (a fork's
+	// children start from it on this node while it uploads). The reply
+	// then has Stored false and no Bytes; OpStored waits for the upload.
+	Background bool `json:"background,omitempty"`
+}
+
+// StoredRequest waits for the upload of a layer a Background snapshot
+// of sandbox ID made (OpStored); the reply is a StoredReply.
+type StoredRequest struct {
+	ID    string   `json:"id"`
+	Layer LayerRef `json:"layer"`
+}
+
+// StoredReply: the layer's files are all in the blob store; Bytes are
+// those it did not hold before.
+type StoredReply struct {
+	Bytes int64 `json:"bytes"`
 }
 
 // SnapshotReply is the state layer a snapshot made, stored in the
@@ -280,6 +299,9 @@ type SnapshotRequest struct {
 type SnapshotReply struct {
 	Layer LayerRef `json:"layer"`
 	Full  bool     `json:"full"`
+	// Stored says the layer is in the blob store (false only for a
+	// Background snapshot).
+	Stored bool `json:"stored"`
 	// Bytes are the bytes the blob store did not hold before; Files the
 	// entries the layer holds (whiteouts included).
 	Bytes int64 `json:"bytes"`

@@ -25,6 +25,17 @@ func (s *Store) PutSnapshot(ctx context.Context, r SnapshotRecord) error {
 	return err
 }
 
+// UpdateSnapshot rewrites an existing snapshot record (a fork's, once its
+// layer's upload says what it stored).
+func (s *Store) UpdateSnapshot(ctx context.Context, r SnapshotRecord) error {
+	_, rev, err := get[SnapshotRecord](ctx, s.snapKV, r.ID, "snapshot")
+	if err != nil {
+		return err
+	}
+	_, err = update(ctx, s.snapKV, r.ID, "snapshot", r, rev)
+	return err
+}
+
 // GetSnapshot returns a snapshot; NotFound (snapshot_not_found) if absent.
 func (s *Store) GetSnapshot(ctx context.Context, id string) (SnapshotRecord, error) {
 	r, _, err := get[SnapshotRecord](ctx, s.snapKV, id, "snapshot")

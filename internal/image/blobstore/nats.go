@@ -129,11 +129,23 @@ func (s *NATS) Put(ctx context.Context, digest string, r io.Reader) (Info, error
 	buf := make([]byte, natsChunk)
 	var size int64
 	n := 0
+	// Chunks are published putWindow at a time: waiting for each one's
+	// acknowledgement in turn took a 10 MB snapshot ~30 ms here. A
+	// publish copies the data, so buf is reused at once.
+	var pending []jetstream.PubAckFuture
 	for {
 		k, rerr := io.ReadFull(r, buf)
 		if k > 0 {
 			sum.Write(buf[:k])
-			if _, err := s.js.Publish(ctx, chunkSubject(h, n), buf[:k]); err != nil {
+			f, err := s.js.PublishAsync(chunkSubject(h, n), buf[:k])
+			if err == nil {
+				pending = append(pending, f)
+				if len(pending) == putWindow {
+					err = acked(ctx, pending[0])
+					pending = pending[1:]
+				}
+			}
+			if err != nil {
 				s.purge(h)
 				return Info{}, fmt.Errorf("storing blob %s: %w", digest, err)
 			}
@@ -148,6 +160,12 @@ func (s *NATS) Put(ctx context.Context, digest string, r io.Reader) (Info, error
 			return Info{}, fmt.Errorf("reading blob %s: %w", digest, rerr)
 		}
 	}
+	for _, f := range pending {
+		if err := acked(ctx, f); err != nil {
+			s.purge(h)
+			return Info{}, fmt.Errorf("storing blob %s: %w", digest, err)
+		}
+	}
 	if got := "sha256:" + hex.EncodeToString(sum.Sum(nil)); got != digest {
 		s.purge(h)
 		return Info{}, errdefs.New(errdefs.Invalid, api.CodeDigestMismatch, "blob content has digest %s, not %s", got, digest)
@@ -158,6 +176,21 @@ func (s *NATS) Put(ctx context.Context, digest string, r io.Reader) (Info, error
 		return Info{}, fmt.Errorf("recording blob %s: %w", digest, err)
 	}
 	return Info{Digest: digest, Size: size}, nil
+}
+
+// putWindow is how many chunks a Put keeps in flight.
+const putWindow = 8
+
+// acked waits for a published chunk's acknowledgement.
+func acked(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // purge removes a blob's chunks; best effort (an orphan chunk without a

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -61,9 +62,15 @@ func Build(r io.Reader, size int64, chunkSize int) (Index, error) {
 		return Index{}, errdefs.New(errdefs.Invalid, api.CodeInvalidChunkIndex, "blob size %d is negative", size)
 	}
 	x := Index{MediaType: MediaType, Size: size, ChunkSize: chunkSize, Chunks: make([]string, 0, min(Count(size, chunkSize), 1<<16))}
+	// The blob's digest and its chunks' are two hashes of the same
+	// bytes: each chunk is hashed both ways at once, on two cores, while
+	// the next is read (a snapshot's layer is indexed on a fork's path).
 	whole := sha256.New()
-	buf := make([]byte, chunkSize)
-	for off := int64(0); off < size; off += int64(chunkSize) {
+	bufs := [2][]byte{make([]byte, chunkSize), make([]byte, chunkSize)}
+	var wg sync.WaitGroup
+	defer wg.Wait() // bounded: hashing a chunk in memory
+	for i, off := 0, int64(0); off < size; i, off = i+1, off+int64(chunkSize) {
+		buf := bufs[i%2]
 		n := min(int64(chunkSize), size-off)
 		if _, err := io.ReadFull(r, buf[:n]); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -71,10 +78,16 @@ func Build(r io.Reader, size int64, chunkSize int) (Index, error) {
 			}
 			return Index{}, fmt.Errorf("reading blob at %d: %w", off, err)
 		}
-		whole.Write(buf[:n])
+		wg.Wait() // bounded: the previous chunk's whole-blob hashing
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			whole.Write(buf[:n])
+		}()
 		x.Chunks = append(x.Chunks, Digest(buf[:n]))
 	}
-	if n, _ := io.ReadFull(r, buf[:1]); n > 0 {
+	wg.Wait() // bounded: the last chunk's whole-blob hashing
+	if n, _ := io.ReadFull(r, bufs[0][:1]); n > 0 {
 		return Index{}, errdefs.New(errdefs.Invalid, api.CodeInvalidRange, "blob holds more than %d bytes", size)
 	}
 	x.Digest = "sha256:" + hex.EncodeToString(whole.Sum(nil))

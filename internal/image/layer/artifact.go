@@ -83,8 +83,9 @@ func hashFile(path string) (FileRef, error) {
 }
 
 // finish hashes the built files, writes layer.json and validates the
-// artifact.
-func finish(ctx context.Context, outDir string, src Source, b Builder) (Artifact, error) {
+// artifact. With scratch its small files are not synced (see
+// buildTree).
+func finish(ctx context.Context, outDir string, src Source, b Builder, scratch bool) (Artifact, error) {
 	meta, err := hashFile(filepath.Join(outDir, MetaFile))
 	if err != nil {
 		return Artifact{}, err
@@ -97,7 +98,7 @@ func finish(ctx context.Context, outDir string, src Source, b Builder) (Artifact
 	if err != nil {
 		return Artifact{}, fmt.Errorf("encoding the chunk index: %w", err)
 	}
-	if err := writeFileSync(filepath.Join(outDir, ChunksFile), js); err != nil {
+	if err := writeFile(filepath.Join(outDir, ChunksFile), js, !scratch); err != nil {
 		return Artifact{}, err
 	}
 	m := Manifest{
@@ -113,7 +114,7 @@ func finish(ctx context.Context, outDir string, src Source, b Builder) (Artifact
 	if err := m.Validate(); err != nil {
 		return Artifact{}, fmt.Errorf("built layer: %w", err)
 	}
-	if err := writeFileSync(filepath.Join(outDir, ManifestFile), m.Canonical()); err != nil {
+	if err := writeFile(filepath.Join(outDir, ManifestFile), m.Canonical(), !scratch); err != nil {
 		return Artifact{}, err
 	}
 	// Its files were hashed just now, above: the image is what is left
@@ -144,7 +145,8 @@ func indexBlob(path string) (chunks.Index, error) {
 	return idx, nil
 }
 
-func writeFileSync(path string, b []byte) error {
+// writeFile creates path with b, synced if sync.
+func writeFile(path string, b []byte, sync bool) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
@@ -153,9 +155,11 @@ func writeFileSync(path string, b []byte) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	return f.Close()
 }

@@ -3,10 +3,7 @@ package layer
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,7 +52,7 @@ func BuildDir(ctx context.Context, src, outDir string, opt BuildOptions) (Artifa
 	if err := prepareOutDir(outDir); err != nil {
 		return Artifact{}, err
 	}
-	a, err := buildDir(ctx, bin, version, root, outDir, false)
+	a, err := buildDir(ctx, bin, version, root, outDir)
 	if err != nil {
 		cleanOutDir(outDir)
 		return Artifact{}, err
@@ -63,21 +60,14 @@ func BuildDir(ctx context.Context, src, outDir string, opt BuildOptions) (Artifa
 	return a, nil
 }
 
-// buildDir builds root; state builds a state layer (see BuildState).
-func buildDir(ctx context.Context, bin, version, root, outDir string, state bool) (Artifact, error) {
-	digest, err := treeDigest(ctx, root, state)
+// buildDir builds root.
+func buildDir(ctx context.Context, bin, version, root, outDir string) (Artifact, error) {
+	digest, err := treeDigest(ctx, root, false)
 	if err != nil {
 		return Artifact{}, err
 	}
-	// The options that shape the output. Paths do not. A state layer
-	// keeps its files' modification times (build tools compare them);
-	// its superblock's build time is then fixed after the build, so that
-	// the same tree builds to the same bytes.
-	times, kind := []string{"-T0"}, SourceDir
-	if state {
-		times, kind = []string{"--preserve-mtime"}, SourceState
-	}
-	opts := append(times, "-U"+uuidFromDigest(digest), "--chunksize="+strconv.Itoa(ChunkSize), "--blobdev")
+	// The options that shape the output. Paths do not.
+	opts := []string{"-T0", "-U" + uuidFromDigest(digest), "--chunksize=" + strconv.Itoa(ChunkSize), "--blobdev"}
 	meta, blob := filepath.Join(outDir, MetaFile), filepath.Join(outDir, BlobFile)
 	args := append([]string{"--quiet"}, opts[:len(opts)-1]...)
 	args = append(args, "--blobdev="+blob, meta, root)
@@ -94,51 +84,8 @@ func buildDir(ctx context.Context, bin, version, root, outDir string, state bool
 	if err := normalizeMeta(meta); err != nil {
 		return Artifact{}, err
 	}
-	if state {
-		if err := fixBuildTime(meta); err != nil {
-			return Artifact{}, err
-		}
-	}
-	return finish(ctx, outDir, Source{Kind: kind, Digest: digest},
-		Builder{Name: "mkfs.erofs", Version: version, Options: opts})
-}
-
-// stateBuildTime is a state layer's build time in its superblock.
-// mkfs.erofs writes the time it ran there: a state layer keeps its files'
-// own times (--preserve-mtime, whose every inode then carries its own),
-// and the superblock's is set to this fixed one after the build.
-const stateBuildTime = 4102444800 // 2100-01-01
-
-// fixBuildTime sets meta's superblock build time to stateBuildTime and
-// its checksum to match.
-func fixBuildTime(meta string) error {
-	f, err := os.OpenFile(meta, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	b := make([]byte, 1<<maxBlockBits)
-	n, err := io.ReadFull(f, b)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("fixing the build time of %s: %w", MetaFile, err)
-	}
-	b = b[:n]
-	s, err := ParseSuperblock(b)
-	if err != nil {
-		return fmt.Errorf("fixing the build time of %s: %w", MetaFile, err)
-	}
-	sb := b[erofsSuperOffset:]
-	binary.LittleEndian.PutUint64(sb[24:], stateBuildTime)
-	binary.LittleEndian.PutUint32(sb[32:], 0) // nanoseconds
-	end := erofsSuperOffset + erofsSuperSize
-	if s.FeatureCompat&compatSBChecksum != 0 {
-		end = s.BlockSize()
-		binary.LittleEndian.PutUint32(sb[4:], superblockChecksum(b[:end]))
-	}
-	if _, err := f.WriteAt(b[erofsSuperOffset:end], erofsSuperOffset); err != nil {
-		return fmt.Errorf("fixing the build time of %s: %w", MetaFile, err)
-	}
-	return f.Sync()
+	return finish(ctx, outDir, Source{Kind: SourceDir, Digest: digest},
+		Builder{Name: "mkfs.erofs", Version: version, Options: opts}, false)
 }
 
 // resolvePath is p made absolute with symlinks resolved as far as it

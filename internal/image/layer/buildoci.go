@@ -101,7 +101,7 @@ func buildImage(ctx context.Context, img v1.Image, kind, outDir string, opt Buil
 		return Artifact{}, errdefs.New(errdefs.Invalid, api.CodeOCIConfig, "the image has %d layers but its config names %d", len(layers), len(cfg.RootFS.DiffIDs))
 	}
 	b := newBudget(opt)
-	err = buildTree(ctx, outDir, func(t *tree) error {
+	err = buildTree(ctx, outDir, false, func(t *tree) error {
 		for i, l := range layers {
 			if err := addImageLayer(ctx, t, l, i, cfg.RootFS.DiffIDs[i].String(), b); err != nil {
 				return err
@@ -112,7 +112,7 @@ func buildImage(ctx context.Context, img v1.Image, kind, outDir string, opt Buil
 	if err != nil {
 		return Artifact{}, err
 	}
-	return finish(ctx, outDir, Source{Kind: kind, Digest: configDigest}, goErofsBuilder("whiteouts=applied", "layers=flattened"))
+	return finish(ctx, outDir, Source{Kind: kind, Digest: configDigest}, goErofsBuilder("whiteouts=applied", "layers=flattened"), false)
 }
 
 func addImageLayer(ctx context.Context, t *tree, l v1.Layer, i int, diffID string, b *budget) error {

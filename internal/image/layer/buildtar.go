@@ -74,7 +74,7 @@ func BuildTar(ctx context.Context, r io.Reader, outDir string, opt BuildOptions)
 
 func buildTar(ctx context.Context, r io.Reader, outDir string, opt BuildOptions) (Artifact, error) {
 	var digest string
-	err := buildTree(ctx, outDir, func(t *tree) error {
+	err := buildTree(ctx, outDir, false, func(t *tree) error {
 		tr, err := newTarReader(r, newBudget(opt))
 		if err != nil {
 			return err
@@ -88,12 +88,13 @@ func buildTar(ctx context.Context, r io.Reader, outDir string, opt BuildOptions)
 	if err != nil {
 		return Artifact{}, err
 	}
-	return finish(ctx, outDir, Source{Kind: SourceTar, Digest: digest}, goErofsBuilder())
+	return finish(ctx, outDir, Source{Kind: SourceTar, Digest: digest}, goErofsBuilder(), false)
 }
 
 // buildTree creates the artifact files, lets fill populate the tree (and
-// the blob), then writes the metadata image.
-func buildTree(ctx context.Context, outDir string, fill func(*tree) error) error {
+// the blob), then writes the metadata image. A scratch build (a
+// snapshot's, stored elsewhere at once) is not synced to disk.
+func buildTree(ctx context.Context, outDir string, scratch bool, fill func(*tree) error) error {
 	blob, err := os.OpenFile(filepath.Join(outDir, BlobFile), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", BlobFile, err)
@@ -119,6 +120,9 @@ func buildTree(ctx context.Context, outDir string, fill func(*tree) error) error
 	}
 	if err := t.writeMeta(meta, blob); err != nil {
 		return err
+	}
+	if scratch {
+		return nil
 	}
 	for _, f := range []*os.File{blob, meta} {
 		if err := f.Sync(); err != nil {

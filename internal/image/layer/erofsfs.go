@@ -73,8 +73,8 @@ func (t *tree) prepare() []hardlink {
 }
 
 // treeFS shows the tree as an fs.FS for erofs.Writer.CopyFrom: Sys()
-// returns *erofs.Stat (owner, xattrs, link count, mtime 0) and regular
-// files report their blob range through DataRange.
+// returns *erofs.Stat (owner, xattrs, link count, mtime: 0 but in state
+// layers) and regular files report their blob range through DataRange.
 type treeFS struct{ t *tree }
 
 func (f treeFS) lookup(name string) (*node, error) {
@@ -213,12 +213,16 @@ func (i *nodeInfo) Mode() fs.FileMode {
 		m |= fs.ModeDir
 	case kindSymlink:
 		m |= fs.ModeSymlink
+	case kindWhiteout:
+		m |= fs.ModeDevice | fs.ModeCharDevice // 0/0
 	}
 	return m
 }
 
-func (i *nodeInfo) ModTime() time.Time { return time.Unix(0, 0) }
-func (i *nodeInfo) IsDir() bool        { return i.n.ino.kind == kindDir }
+func (i *nodeInfo) ModTime() time.Time {
+	return time.Unix(int64(i.n.ino.mtime), int64(i.n.ino.mtimeNs))
+}
+func (i *nodeInfo) IsDir() bool { return i.n.ino.kind == kindDir }
 
 func (i *nodeInfo) Sys() any {
 	nlink := i.n.ino.nlink
@@ -226,10 +230,12 @@ func (i *nodeInfo) Sys() any {
 		nlink = 1
 	}
 	return &erofs.Stat{
-		UID:    i.n.ino.uid,
-		GID:    i.n.ino.gid,
-		Nlink:  int(nlink),
-		Xattrs: i.n.ino.xattrs,
+		UID:     i.n.ino.uid,
+		GID:     i.n.ino.gid,
+		Nlink:   int(nlink),
+		Xattrs:  i.n.ino.xattrs,
+		Mtime:   i.n.ino.mtime,
+		MtimeNs: i.n.ino.mtimeNs,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -57,7 +58,7 @@ func mountLayer(t testing.TB, a Artifact) string {
 
 // snap is what a round trip must preserve of an entry.
 type snap struct {
-	Type   string // "f", "d" or "l"
+	Type   string // "f", "d", "l" or "c" (Target is then the device number)
 	Mode   fs.FileMode
 	UID    uint32
 	GID    uint32
@@ -109,6 +110,8 @@ func snapshot(t testing.TB, root string) map[string]snap {
 			if s.Target, err = os.Readlink(p); err != nil {
 				return err
 			}
+		case fi.Mode()&fs.ModeCharDevice != 0: // overlay whiteouts, in state layers
+			s.Type, s.Target = "c", fmt.Sprintf("%d", st.Rdev)
 		default:
 			t.Fatalf("unexpected file type %v at %s", fi.Mode(), rel)
 		}

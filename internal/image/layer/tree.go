@@ -24,9 +24,13 @@ const (
 	whiteoutOpaque = ".wh..wh..opq"
 )
 
+// kindWhiteout is an overlay whiteout (a character device 0/0), which
+// only state layers hold.
+const kindWhiteout = 'w'
+
 // inode is a file's metadata and data location; hard links share one.
 type inode struct {
-	kind   byte // kindFile, kindDir or kindSymlink
+	kind   byte // kindFile, kindDir, kindSymlink or (state layers) kindWhiteout
 	mode   uint32
 	uid    uint32
 	gid    uint32
@@ -36,6 +40,9 @@ type inode struct {
 	size   int64
 	layer  int // the layer whose archive created the inode
 	nlink  uint32
+	// mtime is kept by state layers; archives' layers fix it at 0.
+	mtime   uint64
+	mtimeNs uint32
 }
 
 // node is a name in the tree.
@@ -285,8 +292,15 @@ var zeroBlock [blockSize]byte
 
 // add copies size bytes of r into the blob and returns their offset.
 func (b *blobWriter) add(ctx context.Context, r io.Reader, size int64) (int64, error) {
+	off, _, err := b.addSum(ctx, r, size)
+	return off, err
+}
+
+// addSum is add that also returns the bytes' SHA-256.
+func (b *blobWriter) addSum(ctx context.Context, r io.Reader, size int64) (int64, [sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
 	if size == 0 {
-		return 0, nil
+		return 0, sha256.Sum256(nil), nil
 	}
 	if b.buf == nil {
 		b.buf = make([]byte, 1<<20)
@@ -296,38 +310,37 @@ func (b *blobWriter) add(ctx context.Context, r io.Reader, size int64) (int64, e
 	var n int64
 	for n < size {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return 0, sum, err
 		}
 		chunk := b.buf[:min(int64(len(b.buf)), size-n)]
 		m, err := io.ReadFull(r, chunk)
 		if m > 0 {
 			h.Write(chunk[:m])
 			if _, werr := w.Write(chunk[:m]); werr != nil {
-				return 0, fmt.Errorf("writing %s: %w", BlobFile, werr)
+				return 0, sum, fmt.Errorf("writing %s: %w", BlobFile, werr)
 			}
 			n += int64(m)
 		}
 		if err == io.ErrUnexpectedEOF || (err == io.EOF && n < size) {
-			return 0, errdefs.New(errdefs.Invalid, api.CodeTarTruncated, "the archive is truncated")
+			return 0, sum, errdefs.New(errdefs.Invalid, api.CodeTarTruncated, "the archive is truncated")
 		}
 		if err != nil {
-			return 0, err
+			return 0, sum, err
 		}
 	}
-	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	if r, ok := b.dedup[sum]; ok && r.size == size {
-		return r.off, nil // the next file overwrites what was just written
+		return r.off, sum, nil // the next file overwrites what was just written
 	}
 	if pad := -size & (blockSize - 1); pad > 0 {
 		if _, err := w.Write(zeroBlock[:pad]); err != nil {
-			return 0, fmt.Errorf("writing %s: %w", BlobFile, err)
+			return 0, sum, fmt.Errorf("writing %s: %w", BlobFile, err)
 		}
 	}
 	off := b.end
 	b.dedup[sum] = blobRange{off, size}
 	b.end += size + (-size & (blockSize - 1))
-	return off, nil
+	return off, sum, nil
 }
 
 // finish drops data no file references any more (files replaced or

@@ -39,8 +39,13 @@ func TreeDigest(ctx context.Context, root string) (string, error) {
 // (overlay whiteouts) are accepted and hashed as such ("w"), and every
 // other device node is still refused.
 func treeDigest(ctx context.Context, root string, whiteouts bool) (string, error) {
+	return walkTree(ctx, root, whiteouts, nil)
+}
+
+// walkTree is treeDigest that also gives every entry to sink, if set.
+func walkTree(ctx context.Context, root string, whiteouts bool, sink treeSink) (string, error) {
 	h := sha256.New()
-	w := treeHasher{h: h, links: map[[2]uint64]string{}, buf: make([]byte, 256<<10), whiteouts: whiteouts}
+	w := treeHasher{h: h, links: map[[2]uint64]string{}, buf: make([]byte, 256<<10), whiteouts: whiteouts, sink: sink}
 	fmt.Fprintf(h, "dsec-tree-v1\x00")
 	if err := w.walk(ctx, root, "."); err != nil {
 		return "", err
@@ -55,6 +60,29 @@ type treeHasher struct {
 	n     int
 	// whiteouts accepts overlay whiteouts (see treeDigest).
 	whiteouts bool
+	// sink, if set, is given every entry as it is hashed and copies the
+	// files' contents (hashing them as it copies): a build reads the
+	// tree once.
+	sink treeSink
+}
+
+// treeSink is what builds a layer from the entries of a tree walk.
+type treeSink interface {
+	// content copies the regular file at p and returns its SHA-256 (hex)
+	// and size.
+	content(ctx context.Context, p string, size int64) (sum string, n int64, err error)
+	// add adds an entry; its parent was added before it.
+	add(e treeEntry) error
+}
+
+// treeEntry is one entry of a tree walk, as a treeSink gets it.
+type treeEntry struct {
+	rel    string // relative to the root, "." for the root
+	typ    string // "f", "d", "l" or (whiteouts) "w"
+	st     *syscall.Stat_t
+	target string // symlink target
+	link   string // regular file: the earlier path of a hard link
+	xattrs []sys.Xattr
 }
 
 // field writes one length-prefixed field.
@@ -95,6 +123,7 @@ func (w *treeHasher) walk(ctx context.Context, root, rel string) error {
 	default:
 		return errdefs.New(errdefs.Invalid, api.CodeSpecialFile, "%s is a FIFO or socket; layers cannot hold them", rel)
 	}
+	e := treeEntry{rel: rel, typ: typ, st: st}
 	w.field(rel)
 	w.field(typ)
 	w.field(strconv.FormatUint(uint64(st.Mode&0o7777), 8))
@@ -106,12 +135,13 @@ func (w *treeHasher) walk(ctx context.Context, root, rel string) error {
 		if first, ok := w.links[key]; ok {
 			w.field("hardlink")
 			w.field(first)
+			e.link = first
 			break
 		}
 		if st.Nlink > 1 {
 			w.links[key] = rel
 		}
-		sum, n, err := w.hashContent(p)
+		sum, n, err := w.hashContent(ctx, p, st.Size)
 		if err != nil {
 			return err
 		}
@@ -124,6 +154,7 @@ func (w *treeHasher) walk(ctx context.Context, root, rel string) error {
 			return fmt.Errorf("hashing source tree: %w", err)
 		}
 		w.field(target)
+		e.target = target
 	}
 	xs, err := sys.ListXattrs(p)
 	if err != nil {
@@ -133,6 +164,12 @@ func (w *treeHasher) walk(ctx context.Context, root, rel string) error {
 	for _, x := range xs {
 		w.field(x.Name)
 		w.field(string(x.Value))
+	}
+	if w.sink != nil {
+		e.xattrs = xs
+		if err := w.sink.add(e); err != nil {
+			return err
+		}
 	}
 	if typ != "d" {
 		return nil
@@ -150,7 +187,10 @@ func (w *treeHasher) walk(ctx context.Context, root, rel string) error {
 	return nil
 }
 
-func (w *treeHasher) hashContent(p string) (string, int64, error) {
+func (w *treeHasher) hashContent(ctx context.Context, p string, size int64) (string, int64, error) {
+	if w.sink != nil {
+		return w.sink.content(ctx, p, size)
+	}
 	f, err := os.Open(p)
 	if err != nil {
 		return "", 0, fmt.Errorf("hashing source tree: %w", err)

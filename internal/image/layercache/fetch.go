@@ -53,18 +53,8 @@ func (c *Cache) fetch(ctx context.Context, hex string, m layer.Manifest) (int64,
 		return 0, c.diskErr(err, "fetching layer %s", hex)
 	}
 	final := c.filesDir(hex)
-	if err := os.Rename(tmp, final); err != nil {
-		// A leftover directory (an eviction that failed half-way) is not
-		// in the cache's books: replace it.
-		if _, serr := os.Stat(final); serr != nil {
-			return 0, c.diskErr(err, "fetching layer %s", hex)
-		}
-		if err := c.removeDir(final); err != nil {
-			return 0, err
-		}
-		if err := os.Rename(tmp, final); err != nil {
-			return 0, c.diskErr(err, "fetching layer %s", hex)
-		}
+	if err := c.install(tmp, final); err != nil {
+		return 0, c.diskErr(err, "fetching layer %s", hex)
 	}
 	cu.Release()
 	if err := syncDir(filepath.Dir(final)); err != nil {
@@ -129,6 +119,23 @@ func (c *Cache) fetchFile(ctx context.Context, hex string, ref layer.FileRef, ds
 		return 0, err
 	}
 	return n, nil
+}
+
+// install renames the complete directory tmp to files/<hex> (final). A
+// leftover directory there (an eviction that failed half-way) is not in
+// the cache's books: it is replaced.
+func (c *Cache) install(tmp, final string) error {
+	err := os.Rename(tmp, final)
+	if err == nil {
+		return nil
+	}
+	if _, serr := os.Stat(final); serr != nil {
+		return err
+	}
+	if err := c.removeDir(final); err != nil {
+		return err
+	}
+	return os.Rename(tmp, final)
 }
 
 // checkRef checks a file's size and digest against ref.
