@@ -74,6 +74,9 @@ type Images struct {
 	// LazyFetchTimeoutS bounds one chunk's fetch; a read past it fails
 	// with EIO in the sandbox (default 30).
 	LazyFetchTimeoutS int `toml:"lazy_fetch_timeout_s"`
+	// ChunkCacheBytes bounds the node's cache of lazily loaded chunks on
+	// disk (0: 20 GiB); past it, clean chunks are evicted.
+	ChunkCacheBytes int64 `toml:"chunk_cache_bytes"`
 }
 
 // API configures the REST server.
@@ -396,6 +399,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MicroVM.UIDBase < 0 || c.MicroVM.MemoryOverheadMiB < 0 || c.MicroVM.Pids < 0 {
 		return errors.New("microvm.uid_base, memory_overhead_mib and pids: want positive numbers")
+	}
+	if c.Images.ChunkCacheBytes < 0 {
+		return fmt.Errorf("images.chunk_cache_bytes %d: want a positive number of bytes (0: 20 GiB)", c.Images.ChunkCacheBytes)
 	}
 	if c.Images.LazyFetchTimeoutS < 0 {
 		return fmt.Errorf("images.lazy_fetch_timeout_s %d: want a positive number of seconds", c.Images.LazyFetchTimeoutS)

@@ -7,6 +7,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -438,11 +439,12 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 // prof, for every node's prefetch.
 func (d *daemon) lazyBlobs(ctx context.Context, prof *profiles.Store) (*lazyblob.Server, error) {
 	return lazyblob.Mount(ctx, lazyblob.Options{
-		Dir:          filepath.Join(d.cfg.DataDir, "node", "lazy"),
-		CacheDir:     filepath.Join(d.cfg.DataDir, "chunks"),
-		FetchTimeout: time.Duration(d.cfg.Images.LazyFetchTimeoutS) * time.Second,
-		Complete:     true, // the rest of a layer streams in while its sandboxes pause
-		Logger:       d.log,
+		Dir:           filepath.Join(d.cfg.DataDir, "node", "lazy"),
+		CacheDir:      filepath.Join(d.cfg.DataDir, "chunks"),
+		FetchTimeout:  time.Duration(d.cfg.Images.LazyFetchTimeoutS) * time.Second,
+		Complete:      true, // the rest of a layer streams in while its sandboxes pause
+		MaxCacheBytes: cmp.Or(d.cfg.Images.ChunkCacheBytes, layercache.DefaultBudget),
+		Logger:        d.log,
 		OnProfile: func(digest string, order []int) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

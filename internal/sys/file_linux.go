@@ -172,3 +172,18 @@ func HasCloseOnExec(fd int) (bool, error) {
 	}
 	return flags&unix.FD_CLOEXEC != 0, nil
 }
+
+// PunchHole frees the blocks of f's bytes [off, off+n) (they read back as
+// zeros), keeping its size.
+func PunchHole(f *os.File, off, n int64) error {
+	return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+}
+
+// Allocated returns the bytes of disk f's blocks take.
+func Allocated(f *os.File) (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return 0, err
+	}
+	return st.Blocks * 512, nil
+}

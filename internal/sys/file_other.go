@@ -26,3 +26,13 @@ func TryLock(*os.File) error { return errdefs.ErrNotSupported }
 func LockFile(ctx context.Context, path string) (unlock func(), err error) {
 	return func() {}, nil
 }
+
+func PunchHole(f *os.File, off, n int64) error { return errdefs.ErrNotSupported }
+
+func Allocated(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}

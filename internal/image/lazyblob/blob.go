@@ -37,6 +37,9 @@ type blob struct {
 
 	// onProfile, if set, is handed the blob's access profile (profile.go).
 	onProfile func(digest string, order []int)
+	// onCached, if set, is called after a chunk was cached (the Server
+	// keeps its cache within budget).
+	onCached func()
 
 	mu         sync.Mutex // guards following fields
 	flights    map[int]*flight
@@ -77,6 +80,10 @@ func newBlob(idx chunks.Index, src Source, cache *chunkCache, stats *counters, l
 // match), or ctx's.
 func (b *blob) read(ctx context.Context, buf []byte, off, n int64) ([]byte, error) {
 	first, last := int(off/int64(b.idx.ChunkSize)), int((off+n-1)/int64(b.idx.ChunkSize))
+	// Chunks found in the cache file are read from it below: eviction
+	// must not take them in between.
+	b.cache.pin(first, last)
+	defer b.cache.unpin(first, last)
 	var mem map[int][]byte // chunks held in memory only
 	for i := first; i <= last; i++ {
 		data, err := b.chunk(ctx, i)
@@ -128,7 +135,7 @@ func (b *blob) get(ctx context.Context, i int, background bool) ([]byte, error) 
 	if !background {
 		b.touchLocked(i)
 	}
-	if b.cache.chunk(i) == chunkVerified {
+	if b.cache.use(i, b.stats.tick.Add(1)) == chunkVerified {
 		b.mu.Unlock()
 		b.stats.hits.Add(1)
 		return nil, nil
@@ -162,6 +169,17 @@ func (b *blob) get(ctx context.Context, i int, background bool) ([]byte, error) 
 	return f.data, f.err
 }
 
+// evict drops chunk i from the cache unless a fetch of it runs (see
+// chunkCache.evict); it returns the bytes freed.
+func (b *blob) evict(i int) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.flights[i] != nil {
+		return 0, nil
+	}
+	return b.cache.evict(i)
+}
+
 // fill runs flight f for chunk i.
 func (b *blob) fill(i int, f *flight) {
 	defer b.fills.Done()
@@ -178,7 +196,9 @@ func (b *blob) fill(i int, f *flight) {
 // load gets chunk i into the cache (or memory): a chunk an earlier run
 // cached is checked; any other is fetched.
 func (b *blob) load(ctx context.Context, i int) (fetched bool, data []byte, err error) {
+	rewrite := false // the chunk's blocks are on disk (and counted) already
 	if b.cache.chunk(i) == chunkMarked {
+		rewrite = true
 		ok, err := b.cache.verify(i)
 		if err != nil {
 			b.log.Warn("checking a cached chunk", "chunk", i, "err", err)
@@ -197,6 +217,12 @@ func (b *blob) load(ctx context.Context, i int) (fetched bool, data []byte, err 
 		b.log.Warn("caching a chunk", "chunk", i, "err", err)
 	}
 	if cached {
+		if !rewrite {
+			b.stats.cached.Add(int64(len(data)))
+		}
+		if b.onCached != nil {
+			b.onCached()
+		}
 		return true, nil, nil
 	}
 	return true, data, nil

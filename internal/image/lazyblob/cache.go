@@ -8,10 +8,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/image/chunks"
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // chunkState is what a cache knows of one chunk.
@@ -47,6 +49,11 @@ type chunkCache struct {
 	// not yet marked in the bitmap file; synced is when they last were.
 	pending []int
 	synced  time.Time
+	// used is, per chunk, the Server's tick of its last use (for
+	// eviction, least recently used first); pins counts the reads that
+	// are reading it from the data file (it is not evicted meanwhile).
+	used []int64
+	pins []int32
 }
 
 // Chunks are synced and marked in groups (one fsync of the data file
@@ -71,7 +78,7 @@ func openCache(dir string, idx chunks.Index) (*chunkCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening chunk cache: %w", err)
 	}
-	c := &chunkCache{idx: idx, data: data, state: make([]chunkState, n)}
+	c := &chunkCache{idx: idx, data: data, state: make([]chunkState, n), used: make([]int64, n), pins: make([]int32, n)}
 	fi, err := data.Stat()
 	if err != nil {
 		data.Close()
@@ -168,6 +175,80 @@ func (c *chunkCache) chunk(i int) chunkState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.state[i]
+}
+
+// use records that chunk i is used at tick and returns its state.
+func (c *chunkCache) use(i int, tick int64) chunkState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.used[i] = tick
+	return c.state[i]
+}
+
+// pin keeps chunks first..last from eviction while a read reads them
+// from the data file; unpin ends it.
+func (c *chunkCache) pin(first, last int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := first; i <= last; i++ {
+		c.pins[i]++
+	}
+}
+
+func (c *chunkCache) unpin(first, last int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := first; i <= last; i++ {
+		c.pins[i]--
+	}
+}
+
+// evictable returns the chunks eviction may take (see evict), with their
+// last use; none of a blob whose every chunk is in the data file (it may
+// have been handed out whole: CompleteFile).
+func (c *chunkCache) evictable() (chunks []int, used []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !slices.Contains(c.state, chunkAbsent) {
+		return nil, nil
+	}
+	for i, st := range c.state {
+		if c.cleanLocked(i, st) {
+			chunks, used = append(chunks, i), append(used, c.used[i])
+		}
+	}
+	return chunks, used
+}
+
+// cleanLocked reports whether chunk i (in state st) may be evicted: in
+// the data file and marked (synced), and not being read.
+//
+// Preconditions: c.mu must be held.
+func (c *chunkCache) cleanLocked(i int, st chunkState) bool {
+	return (st == chunkVerified || st == chunkMarked) && c.pins[i] == 0 && !slices.Contains(c.pending, i)
+}
+
+// evict drops chunk i from the cache if it is still clean and the blob
+// still lacks a chunk: its mark is cleared first (a crash in between
+// leaves data without a mark, fetched again; a mark whose data is gone
+// is caught by the check of marked chunks), then its blocks are freed.
+// It returns the bytes freed. The caller holds the blob's mu, so that no
+// fetch of the chunk starts meanwhile.
+func (c *chunkCache) evict(i int) (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !c.cleanLocked(i, c.state[i]) || !slices.Contains(c.state, chunkAbsent) {
+		return 0, nil
+	}
+	c.state[i] = chunkAbsent
+	if err := c.writeMarkLocked(i, false); err != nil {
+		return 0, err
+	}
+	off, n := c.idx.Range(i)
+	if err := sys.PunchHole(c.data, off, n); err != nil {
+		return 0, fmt.Errorf("evicting chunk %d: %w", i, err)
+	}
+	return n, nil
 }
 
 // store writes chunk i (checked by the caller); it is readable from the

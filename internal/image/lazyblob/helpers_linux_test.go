@@ -252,13 +252,20 @@ func snapshot(t testing.TB, root string) map[string]treeEntry {
 // it: a read that hangs fails the test instead of hanging it.
 func readWithin(t testing.TB, p string, d time.Duration) ([]byte, error) {
 	t.Helper()
+	return within(t, p, d, func() ([]byte, error) { return os.ReadFile(p) })
+}
+
+// within runs read, a read of the file at p, in a goroutine and waits
+// at most d for it.
+func within(t testing.TB, p string, d time.Duration, read func() ([]byte, error)) ([]byte, error) {
+	t.Helper()
 	type result struct {
 		b   []byte
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		b, err := os.ReadFile(p)
+		b, err := read()
 		ch <- result{b, err}
 	}()
 	r := testenv.Recv(t, ch, d, "a read of "+p)

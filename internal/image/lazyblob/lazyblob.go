@@ -59,8 +59,12 @@
 // cache afresh. Chunks marked by an earlier run are checked against their
 // digest once before their first use (a mismatch unmarks and refetches
 // them), so the cache is trusted only as far as it checks out. A lock
-// file (flock) keeps two servers from sharing one CacheDir. Nothing is
-// evicted yet; Remove leaves a blob's cache files for a later Add.
+// file (flock) keeps two servers from sharing one CacheDir. Remove leaves
+// a blob's cache files for a later Add. With Options.MaxCacheBytes the
+// cache is kept within a budget (evict_linux.go): the files of blobs no
+// longer served go first, then clean chunks of served ones (marked, not
+// being read, whose blob is not whole), least recently used first, by
+// clearing the mark and then punching the chunk's hole in the data file.
 //
 // # Locking
 //
@@ -68,8 +72,11 @@
 // open files, and the closed flag; go-fuse's own locks are taken under it
 // (adding and removing names), never the other way round. blob.mu guards
 // the blob's fetches in flight, its closed flag, whether its completer
-// was started and when a reader last waited. chunkCache.mu guards
-// the chunks' states, the bitmap and the writes of the bitmap file. The
+// was started and when a reader last waited; an eviction of one of its
+// chunks holds it, so that no fetch of the chunk starts meanwhile.
+// chunkCache.mu guards the chunks' states, last uses and pins, the
+// bitmap and the writes of the bitmap file. Server.evicting is held by
+// the one eviction that runs, taken before any of the others. The
 // order is Server.mu, then blob.mu, then chunkCache.mu; no lock is held
 // while a chunk is fetched, hashed or written. chunks.Index values are not
 // changed once built or parsed.
@@ -140,6 +147,14 @@ type Options struct {
 	// and when it closes (profile.go). It is called from the Server's
 	// goroutines, one at a time per blob.
 	OnProfile func(digest string, order []int)
+	// MaxCacheBytes bounds the chunk cache on disk; 0 means no bound.
+	// Past it, the cache files of blobs no longer served go first
+	// (oldest first), then chunks of served blobs, least recently used
+	// first: only clean ones (synced and marked, not being read, not
+	// being fetched), and none of a blob that is whole (its file may be
+	// a layer's now: CompleteFile). An evicted chunk is fetched again
+	// when next read.
+	MaxCacheBytes int64
 }
 
 // withDefaults checks o and fills in its defaults. Errors: class Invalid,
@@ -157,6 +172,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.CacheDir == o.Dir || strings.HasPrefix(o.CacheDir, o.Dir+string(filepath.Separator)) {
 		return o, errdefs.New(errdefs.Invalid, api.CodeInvalidOptions, "cache directory %s lies inside the mount directory %s", o.CacheDir, o.Dir)
+	}
+	if o.MaxCacheBytes < 0 {
+		return o, errdefs.New(errdefs.Invalid, api.CodeInvalidOptions, "chunk cache budget %d is negative", o.MaxCacheBytes)
 	}
 	if o.FetchTimeout < 0 {
 		return o, errdefs.New(errdefs.Invalid, api.CodeInvalidOptions, "fetch timeout %v is negative", o.FetchTimeout)
@@ -184,11 +202,20 @@ type Stats struct {
 	// among them.
 	FetchFailures int64
 	ChunksCorrupt int64
+	// CacheBytes is the chunk cache's size on disk; ChunksEvicted and
+	// FilesEvicted count what eviction took to keep it within
+	// Options.MaxCacheBytes.
+	CacheBytes    int64
+	ChunksEvicted int64
+	FilesEvicted  int64
 }
 
 // counters are Stats as they are counted, shared by a Server's blobs.
 type counters struct {
 	fetched, bytes, hits, failures, corrupt atomic.Int64
+	// cached is the cache files' bytes on disk; evicted and dropped
+	// count evicted chunks and removed files; tick orders chunk uses.
+	cached, evicted, dropped, tick atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -198,6 +225,9 @@ func (c *counters) snapshot() Stats {
 		CacheHits:     c.hits.Load(),
 		FetchFailures: c.failures.Load(),
 		ChunksCorrupt: c.corrupt.Load(),
+		CacheBytes:    c.cached.Load(),
+		ChunksEvicted: c.evicted.Load(),
+		FilesEvicted:  c.dropped.Load(),
 	}
 }
 

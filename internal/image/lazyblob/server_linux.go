@@ -46,6 +46,11 @@ type Server struct {
 	served        chan struct{} // closed when the FUSE server has stopped
 	stats         counters
 
+	// maxCache is Options.MaxCacheBytes; evicting is held by the one
+	// eviction that runs (evict_linux.go).
+	maxCache int64
+	evicting sync.Mutex
+
 	mu     sync.Mutex        // guards following fields, and entry's named, opens and gone
 	blobs  map[string]*entry // by hex digest
 	closed bool
@@ -100,7 +105,8 @@ func Mount(ctx context.Context, opt Options) (*Server, error) {
 	}
 	cu.Add(func() { _, _ = sys.UnmountFUSE(opt.Dir) }) // undoing a failed Mount; its error is the one to report
 	s := &Server{dir: opt.Dir, cacheDir: opt.CacheDir, timeout: opt.FetchTimeout, complete: opt.Complete, onProfile: opt.OnProfile, log: opt.Logger, lock: lock,
-		root: &rootNode{}, served: make(chan struct{}), blobs: map[string]*entry{}}
+		root: &rootNode{}, served: make(chan struct{}), blobs: map[string]*entry{}, maxCache: opt.MaxCacheBytes}
+	s.stats.cached.Store(cacheUsage(opt.CacheDir))
 	entryTimeout, attrTimeout := time.Duration(0), time.Hour // names come and go; a file's attributes never change
 	fsys := fs.NewNodeFS(s.root, &fs.Options{
 		EntryTimeout:    &entryTimeout,
@@ -209,12 +215,17 @@ func (s *Server) Add(ctx context.Context, idx chunks.Index, src Source) (string,
 	case e != nil && e.named:
 		return filepath.Join(s.dir, name), nil
 	case e == nil:
+		before := allocated(filepath.Join(s.cacheDir, name+".data"))
 		cache, err := openCache(s.cacheDir, idx)
 		if err != nil {
 			return "", err
 		}
+		// A cache that did not match the index started afresh.
+		if after, err := sys.Allocated(cache.data); err == nil {
+			s.stats.cached.Add(after - before)
+		}
 		e = &entry{b: newBlob(idx, src, cache, &s.stats, s.log, s.timeout)}
-		e.b.complete, e.b.onProfile = s.complete, s.onProfile
+		e.b.complete, e.b.onProfile, e.b.onCached = s.complete, s.onProfile, s.cached
 		s.blobs[name] = e
 	}
 	// New, or removed but still open (then named again). A new inode

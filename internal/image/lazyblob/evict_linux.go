@@ -1,0 +1,142 @@
+package lazyblob
+
+import (
+	"cmp"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// cacheUsage is the bytes on disk of the cache's data files in dir (at
+// Mount: the files earlier runs left).
+func cacheUsage(dir string) int64 {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".data") {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(dir, e.Name()), &st) == nil {
+			n += st.Blocks * 512
+		}
+	}
+	return n
+}
+
+// cached is each blob's onCached: past the budget, it evicts. One
+// eviction runs at a time; a chunk cached meanwhile waits for the next.
+func (s *Server) cached() {
+	if s.maxCache == 0 || s.stats.cached.Load() <= s.maxCache || !s.evicting.TryLock() {
+		return
+	}
+	defer s.evicting.Unlock()
+	over := s.stats.cached.Load() - s.maxCache
+	if over <= 0 {
+		return
+	}
+	over -= s.dropFiles(over)
+	if over > 0 {
+		s.evictChunks(over)
+	}
+}
+
+// dropFiles removes the cache files of blobs not served, oldest first,
+// until over bytes are freed; it returns the bytes freed. (A file a
+// layer took whole, hard-linked, keeps its data under the layer's name.)
+func (s *Server) dropFiles(over int64) int64 {
+	ents, err := os.ReadDir(s.cacheDir)
+	if err != nil {
+		s.log.Warn("listing the chunk cache", "err", err)
+		return 0
+	}
+	type file struct {
+		name  string
+		mtime int64
+		bytes int64
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var files []file
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".data")
+		if !ok || s.blobs[name] != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(s.cacheDir, e.Name()), &st) == nil {
+			files = append(files, file{name, st.Mtim.Nano(), st.Blocks * 512})
+		}
+	}
+	slices.SortFunc(files, func(a, b file) int { return cmp.Compare(a.mtime, b.mtime) })
+	var freed int64
+	for _, f := range files {
+		if freed >= over {
+			break
+		}
+		base := filepath.Join(s.cacheDir, f.name)
+		// The bitmap first: a data file without one starts afresh.
+		if err := os.Remove(base + ".bitmap"); err != nil && !os.IsNotExist(err) {
+			s.log.Warn("evicting a blob's cached chunks", "blob", f.name, "err", err)
+			continue
+		}
+		if err := os.Remove(base + ".data"); err != nil {
+			s.log.Warn("evicting a blob's cached chunks", "blob", f.name, "err", err)
+			continue
+		}
+		s.stats.cached.Add(-f.bytes)
+		s.stats.dropped.Add(1)
+		freed += f.bytes
+	}
+	return freed
+}
+
+// evictChunks evicts clean chunks of served blobs, least recently used
+// first, until over bytes are freed.
+func (s *Server) evictChunks(over int64) {
+	type cand struct {
+		b    *blob
+		i    int
+		used int64
+	}
+	s.mu.Lock()
+	var cands []cand
+	for _, e := range s.blobs {
+		is, used := e.b.cache.evictable()
+		for k, i := range is {
+			cands = append(cands, cand{e.b, i, used[k]})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.used, b.used) })
+	var freed int64
+	for _, c := range cands {
+		if freed >= over {
+			return
+		}
+		n, err := c.b.evict(c.i)
+		if err != nil {
+			s.log.Warn("evicting a cached chunk", "blob", c.b.idx.Digest, "chunk", c.i, "err", err)
+			continue
+		}
+		if n > 0 {
+			s.stats.cached.Add(-n)
+			s.stats.evicted.Add(1)
+			freed += n
+		}
+	}
+}
+
+// allocated is the bytes on disk of the file at p (0 if there is none).
+func allocated(p string) int64 {
+	var st syscall.Stat_t
+	if syscall.Stat(p, &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
