@@ -3,6 +3,7 @@ package lazyblob
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/image/chunks"
 	"github.com/dsec-dev/dsec/internal/sys"
+	"github.com/dsec-dev/dsec/internal/testenv"
 )
 
 // readRangeWithin reads n bytes at off of the file at p, waiting at most
@@ -140,4 +142,60 @@ func writeTemp(t testing.TB, b []byte) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestEvictionUnderReads: readers reading ranges of a blob four times
+// the cache's budget, all at once for a few seconds, while eviction
+// keeps taking chunks, get the right bytes every time (a chunk being
+// read from the cache file is never evicted under it). Its last chunks
+// are never read, so the blob never becomes whole (which would stop
+// eviction).
+func TestEvictionUnderReads(t *testing.T) {
+	requireHost(t)
+	root := t.TempDir()
+	const chunk = chunks.DefaultSize
+	data := randomBytes(3, 10*chunk)
+	readable := int64(8 * chunk)
+	st, idx := storeBlob(t, data, chunk)
+	s := mountServer(t, Options{Dir: mkdir(t, root, "blobs"), CacheDir: mkdir(t, root, "cache"), MaxCacheBytes: 2 * chunk})
+	p, err := s.Add(context.Background(), idx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			errs <- func() error {
+				f, err := os.Open(p)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				r := rand.New(rand.NewPCG(uint64(g), 7))
+				for time.Now().Before(deadline) {
+					off := r.Int64N(readable - 1)
+					n := min(1+r.Int64N(2*chunk), readable-off)
+					got := make([]byte, n)
+					if _, err := f.ReadAt(got, off); err != nil {
+						return fmt.Errorf("reader %d: %d bytes at %d: %w", g, n, off, err)
+					}
+					if !bytes.Equal(got, data[off:off+n]) {
+						return fmt.Errorf("reader %d: %d bytes at %d read back wrong", g, n, off)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range 4 {
+		if err := testenv.Recv(t, errs, time.Minute, "a reader"); err != nil {
+			t.Error(err)
+		}
+	}
+	stats := s.Stats()
+	t.Logf("%+v", stats)
+	if stats.ChunksEvicted < 5 {
+		t.Errorf("%d chunks evicted: the readers hardly raced eviction", stats.ChunksEvicted)
+	}
 }
