@@ -105,14 +105,24 @@ func (s *Server) evictChunks(over int64) {
 		used int64
 	}
 	s.mu.Lock()
-	var cands []cand
+	caches := make([]*blob, 0, len(s.blobs))
 	for _, e := range s.blobs {
-		is, used := e.b.cache.evictable()
-		for k, i := range is {
-			cands = append(cands, cand{e.b, i, used[k]})
-		}
+		caches = append(caches, e.b)
 	}
 	s.mu.Unlock()
+	var cands []cand
+	for _, b := range caches {
+		// Chunks written but not yet synced are not clean: sync them
+		// (their group's time may not have come, and no store after
+		// them may come to do it).
+		if err := b.cache.sync(); err != nil {
+			s.log.Warn("syncing cached chunks before an eviction", "blob", b.idx.Digest, "err", err)
+		}
+		is, used := b.cache.evictable()
+		for k, i := range is {
+			cands = append(cands, cand{b, i, used[k]})
+		}
+	}
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.used, b.used) })
 	var freed int64
 	for _, c := range cands {
