@@ -33,11 +33,7 @@ func (a *Service) resolveImage(ctx context.Context, ownRoot bool, ref noderpc.Im
 		if a.opt.Layers == nil {
 			return sandbox.Image{}, nil, errdefs.New(errdefs.Unsupported, api.CodeNoLayerCache, "node %s has no layer cache", a.opt.ID)
 		}
-		layers := make([]layercache.Layer, len(ref.Layers))
-		for i, l := range ref.Layers {
-			layers[i] = layercache.Layer{ID: l.ID, Manifest: l.Manifest}
-		}
-		dir, release, err := a.opt.Layers.View(ctx, layers)
+		dir, release, err := a.opt.Layers.View(ctx, cacheLayers(ref))
 		if err != nil {
 			return sandbox.Image{}, nil, err
 		}
@@ -55,4 +51,49 @@ func (a *Service) resolveImage(ctx context.Context, ownRoot bool, ref noderpc.Im
 		return sandbox.Image{}, nil, errdefs.New(errdefs.NotFound, api.CodeImageMissingOnNode, "image %s: directory %s is missing on this node", ref.Name, dir)
 	}
 	return sandbox.Image{ID: ref.ID, Name: ref.Name, Root: dir}, func() {}, nil
+}
+
+// layerWarmer is the part of the layer cache that fetches and mounts a
+// stack ahead of its use.
+type layerWarmer interface {
+	Warm(ctx context.Context, layers []layercache.Layer) error
+}
+
+// maxWarming bounds the warms that run at once; a create arriving past
+// it fetches its layers itself, when its turn comes.
+const maxWarming = 8
+
+// warm starts fetching a create's layers as it arrives, before it waits
+// at the admission gate: a burst of creates queued for their turn then
+// finds its layers (or, loaded lazily, their access profiles' chunks)
+// local. It runs in the background, within the node's life.
+func (a *Service) warm(ref noderpc.ImageRef) {
+	w, ok := a.opt.Layers.(layerWarmer)
+	if !ok || len(ref.Layers) == 0 || a.bg == nil {
+		return
+	}
+	select {
+	case a.warming <- struct{}{}:
+	default:
+		return
+	}
+	layers := cacheLayers(ref)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer func() { <-a.warming }()
+		// A failure is the create's to report, when it needs the layers.
+		if err := w.Warm(a.bg, layers); err != nil && a.bg.Err() == nil {
+			a.log.Debug("fetching a create's layers ahead of its start", "image", ref.ID, "err", err)
+		}
+	}()
+}
+
+// cacheLayers are an image's layers as the layer cache takes them.
+func cacheLayers(ref noderpc.ImageRef) []layercache.Layer {
+	layers := make([]layercache.Layer, len(ref.Layers))
+	for i, l := range ref.Layers {
+		layers[i] = layercache.Layer{ID: l.ID, Manifest: l.Manifest}
+	}
+	return layers
 }

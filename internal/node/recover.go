@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/dsec-dev/dsec/internal/image/layercache"
 )
 
 // recover rebuilds the service's view of its sandboxes after a restart:
@@ -29,11 +28,7 @@ func (a *Service) recover(ctx context.Context) error {
 		}
 		a.state = st
 		for id, s := range st.all() {
-			layers := make([]layercache.Layer, len(s.Image.Layers))
-			for i, l := range s.Image.Layers {
-				layers[i] = layercache.Layer{ID: l.ID, Manifest: l.Manifest}
-			}
-			_, release, err := a.opt.Layers.View(ctx, layers)
+			_, release, err := a.opt.Layers.View(ctx, cacheLayers(s.Image))
 			if err != nil {
 				a.log.Warn("re-acquiring a sandbox's image", "sandbox", id, "err", err)
 				st.remove(id)

@@ -98,8 +98,9 @@ type Service struct {
 	snaps  map[string]*snapState // each sandbox's last snapshot (snapshot.go)
 	stores map[string]*storeJob  // Background snapshots' uploads, by layer ID
 
-	sem chan struct{}
-	wg  sync.WaitGroup // request handlers and background loops
+	sem     chan struct{}
+	warming chan struct{}  // the warms running (images.go)
+	wg      sync.WaitGroup // request handlers and background loops
 	// dmu orders dispatch's wg.Add before Stop's wg.Wait: a message
 	// already taken by the NATS client is delivered after Unsubscribe.
 	dmu      sync.Mutex // guards following field
@@ -149,6 +150,7 @@ func New(opt Options) (*Service, error) {
 		writes:    map[string]*writeSession{},
 		gates:     map[string]*gate{},
 		sem:       make(chan struct{}, opt.MaxConcurrent),
+		warming:   make(chan struct{}, maxWarming),
 	}, nil
 }
 
@@ -240,6 +242,7 @@ func (a *Service) createEncoded(ctx context.Context, req noderpc.CreateRequest, 
 	if err != nil {
 		return err
 	}
+	a.warm(req.Image)
 	leave, err := a.gateFor(req.Tier).enter(ctx)
 	if err != nil {
 		return err
