@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-
 )
 
 // recover rebuilds the service's view of its sandboxes after a restart:
