@@ -105,6 +105,9 @@ type NATS struct {
 	Token string `toml:"token"`
 }
 
+// MaxHollow caps the hollow nodes of one process.
+const MaxHollow = 10000
+
 // Node configures the node service.
 type Node struct {
 	ID           string `toml:"id"`
@@ -124,6 +127,10 @@ type Node struct {
 	MaxStarts  int `toml:"max_starts"`
 	StartQueue int `toml:"start_queue"`
 	StartWaitS int `toml:"start_wait_s"`
+	// Hollow, for `dsec node`, runs that many simulated nodes instead of
+	// a real one (<id>-h0001 …): they take creates, execs and deletes
+	// over the node protocol and make no OS object (internal/hollow).
+	Hollow int `toml:"hollow"`
 }
 
 // Container configures the container tier of a node. Two daemons on one
@@ -399,6 +406,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MicroVM.UIDBase < 0 || c.MicroVM.MemoryOverheadMiB < 0 || c.MicroVM.Pids < 0 {
 		return errors.New("microvm.uid_base, memory_overhead_mib and pids: want positive numbers")
+	}
+	if c.Node.Hollow < 0 || c.Node.Hollow > MaxHollow {
+		return fmt.Errorf("node.hollow %d: want 0 to %d simulated nodes", c.Node.Hollow, MaxHollow)
 	}
 	if c.Images.ChunkCacheBytes < 0 {
 		return fmt.Errorf("images.chunk_cache_bytes %d: want a positive number of bytes (0: 20 GiB)", c.Images.ChunkCacheBytes)

@@ -32,6 +32,7 @@ type flagBinding struct {
 	dataDir, listen, natsURL, natsToken  string
 	natsListen, nodeID, logLevel, logFmt string
 	keep                                 bool
+	hollow                               int
 }
 
 func roleCommand(role Role, build Build, use, short string) *cobra.Command {
@@ -74,6 +75,7 @@ func roleCommand(role Role, build Build, use, short string) *cobra.Command {
 	}
 	if role == RoleNode {
 		f.BoolVar(&fb.keep, "keep-sandboxes", false, "leave sandboxes running at shutdown [DSEC_KEEP_SANDBOXES]")
+		f.IntVar(&fb.hollow, "hollow", 0, "run this many simulated nodes (<node-id>-h0001 …) that make no OS objects, instead of a real node")
 	}
 	return cmd
 }
@@ -110,6 +112,9 @@ func (fb *flagBinding) load(cmd *cobra.Command) (config.Config, error) {
 	set("log-format", &cfg.LogFormat, fb.logFmt)
 	if cmd.Flags().Changed("keep-sandboxes") {
 		cfg.KeepSandboxes = fb.keep
+	}
+	if cmd.Flags().Changed("hollow") {
+		cfg.Node.Hollow = fb.hollow
 	}
 	return cfg, cfg.Validate()
 }

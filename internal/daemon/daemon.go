@@ -154,7 +154,12 @@ func (d *daemon) start(ctx context.Context, cu *cleanup.Stack) error {
 			return err
 		}
 	}
-	if d.role != RoleServer {
+	switch {
+	case d.role == RoleNode && d.cfg.Node.Hollow > 0:
+		if err := d.startHollow(ctx, cu); err != nil {
+			return err
+		}
+	case d.role != RoleServer:
 		if err := d.startNode(ctx, cu, blobs); err != nil {
 			return err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,14 @@ import (
 
 // runRole runs a server or node role in this process until the test ends.
 func runRole(t *testing.T, role Role, cfg config.Config) Info {
+	t.Helper()
+	info, _ := runRoleStop(t, role, cfg)
+	return info
+}
+
+// runRoleStop is runRole that also returns a stop function (which the
+// test's end calls if the test did not).
+func runRoleStop(t *testing.T, role Role, cfg config.Config) (Info, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -30,14 +40,18 @@ func runRole(t *testing.T, role Role, cfg config.Config) Info {
 	case <-time.After(time.Minute):
 		t.Fatal("role did not start")
 	}
-	t.Cleanup(func() {
-		cancel()
-		if err := testenv.Recv(t, done, 2*time.Minute, "the role to stop"); err != nil {
-			t.Errorf("role: %v", err)
-		}
-		testenv.NoMountsUnder(t, cfg.DataDir)
-	})
-	return info
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := testenv.Recv(t, done, 2*time.Minute, "the role to stop"); err != nil {
+				t.Errorf("role: %v", err)
+			}
+			testenv.NoMountsUnder(t, cfg.DataDir)
+		})
+	}
+	t.Cleanup(stop)
+	return info, stop
 }
 
 // TestNodeAndServerRoles joins a second node and a second API server to a
@@ -108,5 +122,88 @@ func TestNodeAndServerRoles(t *testing.T) {
 	n, err := c2.Nodes(ctx)
 	if err != nil || len(n.Nodes) != 2 {
 		t.Errorf("second server's nodes: %+v, %v", n, err)
+	}
+}
+
+// TestHollowNodes joins `dsec node --hollow 3` to a `dsec up`: three
+// simulated nodes register and heartbeat, take creates, execs and
+// deletes through the real API and node protocol (execs succeed with no
+// output; files are refused with unsupported_on_tier), and leave when
+// their process stops, destroying their sandboxes.
+func TestHollowNodes(t *testing.T) {
+	u := startUp(t, "", func(c *config.Config) { c.NATS.Listen = "127.0.0.1:0" })
+	natsToken, _, err := auth.LoadOrCreateAt(filepath.Join(u.dir, "nats.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Defaults()
+	cfg.DataDir, cfg.Node.ID, cfg.LogLevel = t.TempDir(), "fleet", "warn"
+	cfg.Node.Hollow = 3
+	cfg.NATS.URL, cfg.NATS.Token = u.info.NATSURL, natsToken
+	info, stop := runRoleStop(t, RoleNode, cfg)
+	if info.NodeID != "fleet-h0001" {
+		t.Errorf("the role's node ID %q, want fleet-h0001", info.NodeID)
+	}
+	ctx := context.Background()
+	hollowNodes := func() int {
+		nodes, err := u.c.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, nd := range nodes.Nodes {
+			if strings.HasPrefix(nd.ID, "fleet-h") {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for hollowNodes() != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d hollow nodes seen, want 3", hollowNodes())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	onHollow := 0
+	for range 24 {
+		sb, err := u.c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierFunction})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(sb.Node, "fleet-h") {
+			continue
+		}
+		onHollow++
+		res, err := u.c.Exec(ctx, sb.ID, api.ExecRequest{Command: "echo hi"})
+		if err != nil || res.ExitCode != 0 || res.Stdout != "" {
+			t.Errorf("exec in a hollow sandbox: %+v, %v; want exit 0 and no output", res, err)
+		}
+		_, err = u.c.WriteFile(ctx, sb.ID, "f", strings.NewReader("x"), client.WriteOptions{})
+		wantCode(t, "a file write in a hollow sandbox", err, api.CodeUnsupportedOnTier)
+		if err := u.c.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Errorf("delete of a hollow sandbox: %v", err)
+		}
+	}
+	if onHollow == 0 {
+		t.Fatal("no sandbox was placed on a hollow node")
+	}
+	kept, err := u.c.CreateSandbox(ctx, api.CreateSandboxRequest{Tier: api.TierVM, TimeoutS: 600})
+	if err != nil || !strings.HasPrefix(kept.Node, "fleet-h") {
+		t.Fatalf("a vm sandbox (only hollow nodes offer the tier here?): %+v, %v", kept, err)
+	}
+	stop()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		got, err := u.c.GetSandbox(ctx, kept.ID)
+		n := hollowNodes()
+		if err == nil && got.State != api.StateRunning && n == 0 {
+			t.Logf("after the stop: sandbox %s (%s), no hollow node listed", got.State, got.Reason)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the hollow nodes stopped: %d still listed; their sandbox %+v, %v", n, got, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -369,12 +369,25 @@ func (a *Service) releaser(id string, release func()) func() {
 }
 
 // DestroyAll destroys every sandbox of the node (shutdown without
-// --keep-sandboxes).
+// --keep-sandboxes) and reports each ended (sandbox.EndNodeShutdown).
 func (a *Service) DestroyAll(ctx context.Context) {
+	// Each is reported ended, so that its record ends now instead of when
+	// the node is judged lost; a few reports at a time.
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	defer wg.Wait() // bounded: each report is bounded by reportTimeout
 	for _, s := range a.List() {
 		if err := a.Destroy(ctx, s.ID); err != nil {
 			a.log.Warn("destroying sandbox at shutdown", "sandbox", s.ID, "err", err)
+			continue
 		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			a.report(s.Tier, sandbox.Ended{ID: s.ID, Code: sandbox.EndNodeShutdown, Detail: "node " + a.opt.ID + " stopped", Status: -1})
+		}()
 	}
 }
 

@@ -38,6 +38,9 @@ const (
 	// EndVMMExited: the VM's QEMU process ended on its own (crashed or
 	// was killed) without its guest asking.
 	EndVMMExited = "vmm_exited"
+	// EndNodeShutdown: the sandbox's node stopped and destroyed it (a
+	// node that leaves without keeping its sandboxes).
+	EndNodeShutdown = "node_shutdown"
 )
 
 // EndNotifier is a Runtime that notices when its sandboxes end by
