@@ -11,7 +11,7 @@ TOOLS   := internal/image/builtin/assets/dsectools.wasm
 GUEST   := internal/image/builtin/assets/dsec-guest
 DATA    ?= /var/lib/dsec
 
-.PHONY: all build up test unit race lint python bench bench-smoke bench-container bench-vm bench-burst bench-trajectory bench-function bench-images deps-runtime deps-test deps-bench clean FORCE
+.PHONY: all build up test unit race lint python bench bench-smoke bench-container bench-vm bench-burst bench-hollow bench-trajectory bench-function bench-images deps-runtime deps-test deps-bench clean FORCE
 
 all: build
 
@@ -95,7 +95,7 @@ bt = $(if $(filter 1,$(SMOKE)),1x,$(1))
 # such as all 2,000 creates of the burst) does not stop the others: their
 # figures are still measured, and `make bench` fails at the end.
 bench: deps-bench build
-	@$(MAKE) -k --no-print-directory bench-container bench-vm bench-burst bench-trajectory bench-function bench-images || \
+	@$(MAKE) -k --no-print-directory bench-container bench-vm bench-burst bench-hollow bench-trajectory bench-function bench-images || \
 		{ echo "make bench: a part failed (see above); the others ran"; exit 1; }
 
 # In-process benchmarks of functions and layers, then the whole system
@@ -158,6 +158,13 @@ bench-trajectory: deps-bench build
 bench-burst: deps-bench build
 	scripts/bench.sh $(BIN) --scenarios create-burst --burst $(BURST)
 	/usr/bin/python3 sdk/python/bench/bench_burst.py --dsec $(BIN) --burst $(BURST)
+
+# The control plane over hollow nodes: HOLLOW simulated nodes, HOLLOW_BURST
+# vm creates at once (only the hollow nodes offer the vm tier there).
+HOLLOW ?= 64
+HOLLOW_BURST ?= 10000
+bench-hollow: deps-bench build
+	scripts/bench-hollow.sh $(BIN) $(HOLLOW) --scenarios create-burst --burst $(HOLLOW_BURST)
 
 clean:
 	rm -rf bin $(TOOLS) $(GUEST)
