@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,7 +32,10 @@ const (
 // Client talks to one DSec server. It is safe for concurrent use; reuse one
 // Client so that connections are pooled.
 type Client struct {
-	base    string // scheme://host[/prefix], no trailing slash
+	// bases are the servers, scheme://host[/prefix] without a trailing
+	// slash; cur indexes the one in use (see failover).
+	bases   []string
+	cur     atomic.Int32
 	auth    []string
 	agent   []string
 	http    *http.Client
@@ -101,16 +105,19 @@ func WithTimeout(d time.Duration) Option {
 
 // New returns a client of the server at baseURL (e.g.
 // "http://127.0.0.1:7878") that authenticates with token, if not empty.
+// baseURL may name several API servers of one DSec, comma-separated
+// ("http://a:7878,http://b:7878"): the client uses the first, and moves
+// to the next when a request fails in a way it retries (WithRetry) and
+// the cause is the server (it cannot be reached, or answers 503); the
+// retry then goes there.
 func New(baseURL, token string, opts ...Option) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return nil, fmt.Errorf("parsing server URL: %w", err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("server URL %q: want http[s]://host[:port]", baseURL)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("server URL %q: must not have a query or fragment", baseURL)
+	var bases []string
+	for _, s := range strings.Split(baseURL, ",") {
+		b, err := parseBase(strings.TrimSpace(s))
+		if err != nil {
+			return nil, err
+		}
+		bases = append(bases, b)
 	}
 	o := options{userAgent: "dsec-go-client", timeout: DefaultTimeout, retries: DefaultRetries, budget: DefaultRetryBudget}
 	for _, opt := range opts {
@@ -126,7 +133,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 		o.httpClient = &http.Client{Transport: newTransport()}
 	}
 	c := &Client{
-		base:    u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/"),
+		bases:   bases,
 		http:    o.httpClient,
 		retries: o.retries,
 		budget:  o.budget,
@@ -160,8 +167,32 @@ func newTransport() *http.Transport {
 	}
 }
 
-// BaseURL returns the server URL the client talks to.
-func (c *Client) BaseURL() string { return c.base }
+// parseBase checks one server URL and returns it without a trailing
+// slash.
+func parseBase(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("parsing server URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("server URL %q: want http[s]://host[:port]", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("server URL %q: must not have a query or fragment", s)
+	}
+	return u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/"), nil
+}
+
+// BaseURL returns the server URL the client talks to now.
+func (c *Client) BaseURL() string { return c.bases[c.cur.Load()] }
+
+// failover moves the client from server i (the one a failed attempt
+// went to) to the next, unless another request moved it already.
+func (c *Client) failover(i int32) {
+	if len(c.bases) > 1 {
+		c.cur.CompareAndSwap(i, (i+1)%int32(len(c.bases)))
+	}
+}
 
 // CloseIdleConnections closes the client's idle keep-alive connections.
 func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }

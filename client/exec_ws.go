@@ -33,7 +33,7 @@ func (c *Client) ExecWS(ctx context.Context, id string, req api.ExecRequest, fn 
 	if c.agent != nil {
 		h["User-Agent"] = c.agent
 	}
-	conn, resp, err := websocket.Dial(ctx, c.base+p, &websocket.DialOptions{HTTPClient: c.http, HTTPHeader: h})
+	conn, resp, err := websocket.Dial(ctx, c.BaseURL()+p, &websocket.DialOptions{HTTPClient: c.http, HTTPHeader: h})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			body, _ := io.ReadAll(resp.Body)

@@ -71,7 +71,8 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 		if r.timeout > 0 {
 			actx, cancel = context.WithTimeout(ctx, r.timeout)
 		}
-		req, err := c.newRequest(actx, r)
+		server := c.cur.Load()
+		req, err := c.newRequest(actx, c.bases[server], r)
 		if err != nil {
 			cancel()
 			return nil, err
@@ -83,6 +84,7 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 			timedOut := actx.Err() != nil
 			cancel()
 			if attempt < c.retries && r.replayable() && (idempotent(r.method) || notSent(err)) && !timedOut && ctx.Err() == nil {
+				c.failover(server)
 				if c.pause(ctx, start, backoff(attempt, 0)) {
 					continue
 				}
@@ -95,9 +97,13 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 		}
 		e := readError(resp)
 		cancel()
-		if attempt < c.retries && r.replayable() && retryableStatus(r.method, e) &&
-			e.RetryAfter <= maxRetryAfter && c.pause(ctx, start, backoff(attempt, e.RetryAfter)) {
-			continue
+		if attempt < c.retries && r.replayable() && retryableStatus(r.method, e) && e.RetryAfter <= maxRetryAfter {
+			if e.StatusCode == http.StatusServiceUnavailable {
+				c.failover(server) // 429 is the token's, the same everywhere
+			}
+			if c.pause(ctx, start, backoff(attempt, e.RetryAfter)) {
+				continue
+			}
 		}
 		return nil, e
 	}
@@ -179,12 +185,12 @@ func readError(resp *http.Response) *Error {
 // would otherwise close a caller's *os.File.
 type readOnly struct{ io.Reader }
 
-func (c *Client) newRequest(ctx context.Context, r *request) (*http.Request, error) {
+func (c *Client) newRequest(ctx context.Context, base string, r *request) (*http.Request, error) {
 	var body io.Reader
 	if r.body != nil {
 		body = bytes.NewReader(r.body)
 	}
-	req, err := http.NewRequestWithContext(ctx, r.method, c.base+r.path, body)
+	req, err := http.NewRequestWithContext(ctx, r.method, base+r.path, body)
 	if err != nil {
 		return nil, err
 	}

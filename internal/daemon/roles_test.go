@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -205,5 +206,52 @@ func TestHollowNodes(t *testing.T) {
 			t.Fatalf("30 s after the hollow nodes stopped: %d still listed; their sandbox %+v, %v", n, got, err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestClientFailover: a client given two API servers of one DSec (the
+// second a `dsec server` on the same NATS, holding the same token) works
+// through the first, and when that server stops, its calls go on through
+// the other without an error reaching the caller.
+func TestClientFailover(t *testing.T) {
+	u := startUp(t, "", func(c *config.Config) { c.NATS.Listen = "127.0.0.1:0" })
+	natsToken, _, err := auth.LoadOrCreateAt(filepath.Join(u.dir, "nats.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := auth.Load(u.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCfg := config.Defaults()
+	srvCfg.DataDir, srvCfg.LogLevel, srvCfg.API.Listen = t.TempDir(), "warn", "127.0.0.1:0"
+	srvCfg.NATS.URL, srvCfg.NATS.Token = u.info.NATSURL, natsToken
+	// The same token: the servers of one DSec share their users.
+	if err := os.WriteFile(filepath.Join(srvCfg.DataDir, auth.TokenFile), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	info, stop := runRoleStop(t, RoleServer, srvCfg)
+	c, err := client.New(info.APIURL+","+u.info.APIURL, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BaseURL() != info.APIURL {
+		t.Errorf("client at %s before any failure, want the first server %s", c.BaseURL(), info.APIURL)
+	}
+	stop()
+	res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "still here"}})
+	if err != nil || res.Stdout != "still here\n" {
+		t.Fatalf("exec after the first server stopped: %+v, %v", res, err)
+	}
+	if c.BaseURL() != u.info.APIURL {
+		t.Errorf("client at %s after the failover, want %s", c.BaseURL(), u.info.APIURL)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Errorf("delete through the second server: %v", err)
 	}
 }

@@ -18,13 +18,27 @@ SERVER_COMMAND_TIMEOUT = 60.0
 
 
 def resolve_url(url: str | None = None) -> str:
-    """Return url, else $DSEC_URL, else the local default, without a trailing slash."""
+    """Return url, else $DSEC_URL, else the local default, without a trailing slash.
+
+    Several API servers of one DSec may be given, comma-separated
+    (``"http://a:7878,http://b:7878"``): each is checked and normalised, and
+    they are returned comma-joined (see :func:`split_urls`).
+    """
     url = url or os.environ.get("DSEC_URL") or DEFAULT_URL
-    if "://" not in url:
-        url = "http://" + url
-    if not url.startswith(("http://", "https://")):
-        raise InvalidArgumentError(f"DSec URL {url!r} must start with http:// or https://")
-    return url.rstrip("/")
+    out = []
+    for u in url.split(","):
+        u = u.strip()
+        if "://" not in u:
+            u = "http://" + u
+        if not u.startswith(("http://", "https://")) or u.rstrip("/").endswith("://"):
+            raise InvalidArgumentError(f"DSec URL {u!r} must start with http:// or https:// and name a host")
+        out.append(u.rstrip("/"))
+    return ",".join(out)
+
+
+def split_urls(url: str) -> list[str]:
+    """The servers of a resolved URL (see :func:`resolve_url`)."""
+    return url.split(",")
 
 
 def resolve_token(token: str | None = None, token_file: str | None = None) -> str:

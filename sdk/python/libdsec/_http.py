@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 import httpx
 
 from ._calls import Call, error_retry_delay, transport_retry_delay
-from ._config import ClientOptions, DEFAULT_REQUEST_TIMEOUT, resolve_token, resolve_url
+from ._config import ClientOptions, DEFAULT_REQUEST_TIMEOUT, resolve_token, resolve_url, split_urls
 from ._ops import Op
 from ._version import __version__
 from .errors import SandboxError, error_from_response, wrap_transport_error
@@ -65,9 +65,19 @@ class _Base:
             retry_timeout=retry_timeout,
         )
         self._closed = False
+        # The API servers, and the one in use: a call that fails in a way
+        # it retries because of the server (unreachable, or 503) retries
+        # on the next one, and the client stays there.
+        self._urls = split_urls(self.options.url)
+        self._server = 0
+
+    def _failover(self, server: int) -> None:
+        if self._server == server and len(self._urls) > 1:
+            self._server = (server + 1) % len(self._urls)
 
     @property
     def url(self) -> str:
+        """The server URL (several, comma-separated, if the client was given several)."""
         return self.options.url
 
     @property
@@ -80,7 +90,7 @@ class _Base:
     def _client_kwargs(self) -> dict[str, Any]:
         o = self.options
         return {
-            "base_url": o.url,
+            "base_url": self._urls[0],
             "headers": {
                 "Authorization": f"Bearer {o.token}",
                 "User-Agent": f"libdsec/{__version__}",
@@ -236,13 +246,15 @@ class Client(_Base):
         start = time.monotonic()
         while True:
             content = call.body.sync_content() if call.body is not None else None
-            request = self._http.build_request(call.method, call.path, **self._build_kwargs(call, content))
+            server = self._server
+            request = self._http.build_request(call.method, self._urls[server] + call.path, **self._build_kwargs(call, content))
             try:
                 resp = self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
                 delay = transport_retry_delay(self.options, call, exc, attempt, time.monotonic() - start)
                 if delay is None or not call.can_resend():
                     raise wrap_transport_error(exc, call.what) from exc
+                self._failover(server)
             else:
                 if resp.status_code < 400:
                     return resp
@@ -256,6 +268,8 @@ class Client(_Base):
                 delay = error_retry_delay(self.options, call, err, attempt, time.monotonic() - start)
                 if delay is None or not call.can_resend():
                     raise err
+                if resp.status_code == 503:
+                    self._failover(server)  # a 429 is the token's, the same everywhere
             time.sleep(delay)
             attempt += 1
 
@@ -353,13 +367,15 @@ class AsyncClient(_Base):
         start = time.monotonic()
         while True:
             content = call.body.async_content() if call.body is not None else None
-            request = self._http.build_request(call.method, call.path, **self._build_kwargs(call, content))
+            server = self._server
+            request = self._http.build_request(call.method, self._urls[server] + call.path, **self._build_kwargs(call, content))
             try:
                 resp = await self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
                 delay = transport_retry_delay(self.options, call, exc, attempt, time.monotonic() - start)
                 if delay is None or not call.can_resend():
                     raise wrap_transport_error(exc, call.what) from exc
+                self._failover(server)
             else:
                 if resp.status_code < 400:
                     return resp
@@ -373,6 +389,8 @@ class AsyncClient(_Base):
                 delay = error_retry_delay(self.options, call, err, attempt, time.monotonic() - start)
                 if delay is None or not call.can_resend():
                     raise err
+                if resp.status_code == 503:
+                    self._failover(server)  # a 429 is the token's, the same everywhere
             await asyncio.sleep(delay)
             attempt += 1
 

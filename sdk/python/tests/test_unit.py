@@ -829,3 +829,81 @@ def test_sync_client_sets_tcp_nodelay(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _http_server(status: int, body: bytes) -> Any:
+    """A real HTTP server answering every request with status and body;
+    it counts the requests it got (server.hits)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            n = int(self.headers.get("Content-Length") or 0)
+            if n:
+                self.rfile.read(n)
+            self.server.hits += 1  # type: ignore[attr-defined]
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_DELETE = _answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.hits = 0  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _dead_url() -> str:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+def test_failover_between_servers() -> None:
+    """With several URLs, a call the first server cannot take (it refuses
+    connections, or answers 503) is retried on the next, where the client
+    stays; a 429 stays on the same server. Sync and async alike."""
+    sandbox = json.dumps({"id": "sb-1", "tier": "function", "state": "running"}).encode()
+    good = _http_server(200, sandbox)
+    busy = _http_server(503, json.dumps({"code": "draining", "message": "going away", "class": "unavailable"}).encode())
+    limited = _http_server(429, json.dumps({"code": "rate_limited", "message": "slow", "class": "rate_limited"}).encode())
+    good_url = f"http://127.0.0.1:{good.server_address[1]}"
+    busy_url = f"http://127.0.0.1:{busy.server_address[1]}"
+    limited_url = f"http://127.0.0.1:{limited.server_address[1]}"
+    try:
+        with libdsec.Client(f"{_dead_url()}, {good_url}", token="t", backoff_base=0.01) as c:
+            assert c.run(_ops.get_sandbox("sb-1", 5.0)).sandbox_id == "sb-1"
+            assert good.hits == 1 and c._urls[c._server] == good_url
+        with libdsec.Client(f"{busy_url},{good_url}", token="t", backoff_base=0.01) as c:
+            assert c.run(_ops.get_sandbox("sb-1", 5.0)).sandbox_id == "sb-1"
+            assert busy.hits == 1 and good.hits == 2
+
+        async def async_failover() -> None:
+            async with libdsec.AsyncClient(f"{_dead_url()},{good_url}", token="t", backoff_base=0.01) as ac:
+                assert (await ac.run(_ops.get_sandbox("sb-1", 5.0))).sandbox_id == "sb-1"
+
+        asyncio.run(async_failover())
+        assert good.hits == 3
+        with libdsec.Client(f"{limited_url},{good_url}", token="t", backoff_base=0.01, max_retries=2) as c:
+            with pytest.raises(RateLimitError):
+                c.run(_ops.get_sandbox("sb-1", 5.0))
+            assert limited.hits == 3 and good.hits == 3
+        with pytest.raises(InvalidArgumentError):
+            libdsec.Client(f"{good_url},ftp://x", token="t")
+    finally:
+        for s in (good, busy, limited):
+            s.shutdown()
+            s.server_close()
