@@ -28,6 +28,8 @@ const (
 	CodeSandboxNotFound        = "sandbox_not_found"
 	CodeSandboxNotRunning      = "sandbox_not_running"
 	CodeSandboxExists          = "sandbox_exists"
+	CodeRequestIDReused        = "request_id_reused"
+	CodeInvalidRequestID       = "invalid_request_id"
 	CodeSandboxStateChanged    = "sandbox_state_changed"
 	CodeInvalidStateTransition = "invalid_state_transition"
 	CodeContention             = "contention"
@@ -389,6 +391,8 @@ var ErrorCodes = []ErrorCode{
 	{CodeSandboxNotFound, ClassNotFound, "no sandbox by that ID"},
 	{CodeSandboxNotRunning, ClassConflict, "the sandbox has ended (killed or expired) but the server still knows it"},
 	{CodeSandboxExists, ClassConflict, "a sandbox by that ID exists already"},
+	{CodeRequestIDReused, ClassConflict, "a create's request_id (Idempotency-Key) was used for another request"},
+	{CodeInvalidRequestID, ClassInvalid, "a create's request_id (Idempotency-Key) is not 1–128 letters, digits and -_.:/"},
 	{CodeSandboxStateChanged, ClassConflict, "the sandbox changed state during the request"},
 	{CodeInvalidStateTransition, ClassConflict, "the sandbox cannot go from its state to the one asked"},
 	{CodeContention, ClassUnavailable, "the sandbox's record changed too often during the request; retry"},

@@ -85,7 +85,17 @@ type CreateSandboxRequest struct {
 	// FromSnapshot starts the sandbox from a snapshot's state (its ID),
 	// instead of Image or Layers.
 	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// RequestID makes the create idempotent (the HTTP header
+	// Idempotency-Key sets it too): the same owner's create with the same
+	// RequestID within a day gets the sandbox the first one made (waiting
+	// for it if it is being made) instead of another. The same RequestID
+	// with a different request is refused (request_id_reused). 1–128
+	// letters, digits and "-_.:/".
+	RequestID string `json:"request_id,omitempty"`
 }
+
+// IdempotencyKeyHeader carries a create's RequestID.
+const IdempotencyKeyHeader = "Idempotency-Key"
 
 // Phase is one stage of a task and what commands may do in it. A change
 // of phase ends every process of the earlier one (the sandbox's agent

@@ -95,3 +95,34 @@ func TestNoFailoverOnRateLimit(t *testing.T) {
 		t.Errorf("calls: first server %d, second %d; want 2 and 0", first.Load(), second.Load())
 	}
 }
+
+// TestKeyedCreateRetriedAfterLostAnswer: a create whose answer is lost
+// (the server reads it, then drops the connection) is sent again when it
+// carries a request_id, and not when it does not (it may have made a
+// sandbox).
+func TestKeyedCreateRetriedAfterLostAnswer(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close() // the answer is lost
+			}
+			return
+		}
+		writeJSON(w, http.StatusCreated, api.Sandbox{ID: "sb-1"})
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "tok", WithRetry(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSandbox(context.Background(), api.CreateSandboxRequest{}); err == nil || calls.Load() != 1 {
+		t.Errorf("a create without request_id whose answer was lost: %v after %d calls, want an error after 1", err, calls.Load())
+	}
+	calls.Store(0)
+	sb, err := c.CreateSandbox(context.Background(), api.CreateSandboxRequest{RequestID: "r-1"})
+	if err != nil || sb.ID != "sb-1" || calls.Load() != 2 {
+		t.Errorf("a keyed create whose answer was lost: %+v, %v after %d calls, want sb-1 after 2", sb, err, calls.Load())
+	}
+}

@@ -48,6 +48,9 @@ type request struct {
 	timeout time.Duration
 	// noRetry sends the request once (a probe that reports a state).
 	noRetry bool
+	// keyed: the request carries an idempotency key (a create's
+	// RequestID), so sending it again is as safe as an idempotent one.
+	keyed bool
 }
 
 // replayable reports whether the request can be sent again.
@@ -83,7 +86,7 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 			// is slow, and waiting again would double the wait.
 			timedOut := actx.Err() != nil
 			cancel()
-			if attempt < c.retries && r.replayable() && (idempotent(r.method) || notSent(err)) && !timedOut && ctx.Err() == nil {
+			if attempt < c.retries && r.replayable() && (idempotent(r.method) || r.keyed || notSent(err)) && !timedOut && ctx.Err() == nil {
 				c.failover(server)
 				if c.pause(ctx, start, backoff(attempt, 0)) {
 					continue
@@ -97,7 +100,7 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 		}
 		e := readError(resp)
 		cancel()
-		if attempt < c.retries && r.replayable() && retryableStatus(r.method, e) && e.RetryAfter <= maxRetryAfter {
+		if attempt < c.retries && r.replayable() && retryableStatus(r.method, r.keyed, e) && e.RetryAfter <= maxRetryAfter {
 			if e.StatusCode == http.StatusServiceUnavailable {
 				c.failover(server) // 429 is the token's, the same everywhere
 			}
@@ -111,12 +114,12 @@ func (c *Client) send(ctx context.Context, r *request) (*http.Response, error) {
 
 // retryableStatus reports whether an error response says that the
 // request did nothing and may succeed if sent again (see WithRetry).
-func retryableStatus(method string, e *Error) bool {
+func retryableStatus(method string, keyed bool, e *Error) bool {
 	switch e.StatusCode {
 	case http.StatusTooManyRequests:
 		return e.Code != api.CodeTooManySandboxes
 	case http.StatusServiceUnavailable:
-		return e.RetryAfter > 0 || idempotent(method)
+		return e.RetryAfter > 0 || idempotent(method) || keyed
 	}
 	return false
 }

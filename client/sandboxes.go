@@ -17,9 +17,18 @@ import (
 )
 
 // CreateSandbox creates a sandbox and returns it once it runs.
+// With req.RequestID set, the create is idempotent (see
+// api.CreateSandboxRequest): the client then retries it, on another
+// server too, after any failure it retries for a GET, a lost answer
+// included.
 func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (*api.Sandbox, error) {
+	r, err := jsonRequest(http.MethodPost, "/v1/sandboxes", req)
+	if err != nil {
+		return nil, err
+	}
+	r.timeout, r.keyed = c.attemptTimeout(0), req.RequestID != ""
 	var sb api.Sandbox
-	if err := c.call(ctx, http.MethodPost, "/v1/sandboxes", req, &sb, 0); err != nil {
+	if err := c.exchange(ctx, r, &sb); err != nil {
 		return nil, err
 	}
 	return &sb, nil

@@ -150,6 +150,9 @@ func (m *Manager) admit(owner string) (release func(), err error) {
 
 // Create creates a sandbox for owner and returns it running.
 func (m *Manager) Create(ctx context.Context, owner string, req api.CreateSandboxRequest) (sb api.Sandbox, err error) {
+	if req.RequestID != "" {
+		return m.createOnce(ctx, owner, req)
+	}
 	rec, err := m.create(ctx, owner, req, createOpts{})
 	return rec.Sandbox, err
 }

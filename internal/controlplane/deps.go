@@ -50,7 +50,14 @@ type stateStore interface {
 	sandboxRecords
 	eventLog
 	snapshotRecords
+	requestRecords
 	ListNodes(ctx context.Context) ([]api.Node, error)
+}
+
+// requestRecords keeps idempotent creates' keys (see idempotent.go).
+type requestRecords interface {
+	ClaimRequest(ctx context.Context, key string, rec store.RequestRecord) (store.RequestRecord, bool, error)
+	ReleaseRequest(ctx context.Context, key string) error
 }
 
 // nodeLifecycle makes and ends sandboxes on nodes and hears of those

@@ -39,6 +39,8 @@ type memData struct {
 	nodes   []api.Node
 	updates int // UpdateSandbox calls, conflicts included
 	snaps   map[string]store.SnapshotRecord
+	// requests are idempotent creates' keys.
+	requests map[string]store.RequestRecord
 }
 
 type memRec struct {
@@ -80,6 +82,26 @@ func (s *memStore) PutSnapshot(ctx context.Context, r store.SnapshotRecord) erro
 		return errdefs.New(errdefs.Conflict, api.CodeSandboxExists, "snapshot %s exists", r.ID)
 	}
 	s.d.snaps[r.ID] = r
+	return nil
+}
+
+func (s *memStore) ClaimRequest(ctx context.Context, key string, rec store.RequestRecord) (store.RequestRecord, bool, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.d.requests == nil {
+		s.d.requests = map[string]store.RequestRecord{}
+	}
+	if got, ok := s.d.requests[key]; ok {
+		return got, false, nil
+	}
+	s.d.requests[key] = rec
+	return rec, true, nil
+}
+
+func (s *memStore) ReleaseRequest(ctx context.Context, key string) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	delete(s.d.requests, key)
 	return nil
 }
 

@@ -17,6 +17,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, owner str
 		s.writeError(w, r, err)
 		return
 	}
+	if req.RequestID == "" {
+		req.RequestID = r.Header.Get(wire.IdempotencyKeyHeader)
+	}
 	sb, err := s.mgr.Create(r.Context(), owner, req)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -53,6 +53,7 @@ type Store struct {
 	imageKV   jetstream.KeyValue
 	layerKV   jetstream.KeyValue
 	snapKV    jetstream.KeyValue
+	requests  jetstream.KeyValue
 
 	own ownWrites // sandbox records being written by this Store's callers
 }
@@ -87,6 +88,8 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 			Description: "layers by ID and name"}},
 		{&s.snapKV, jetstream.KeyValueConfig{Bucket: BucketSnapshots, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
 			Description: "snapshots of sandboxes, with their owners"}},
+		{&s.requests, jetstream.KeyValueConfig{Bucket: BucketRequests, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+			TTL: 24 * time.Hour, Description: "idempotent creates' keys and their sandboxes"}},
 	}
 	for _, b := range buckets {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)

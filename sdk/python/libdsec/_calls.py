@@ -180,6 +180,10 @@ class Call:
 
     @property
     def idempotent(self) -> bool:
+        """Whether sending the call again cannot repeat its effect: a GET or
+        DELETE, or a create that carries a request_id (an idempotency key)."""
+        if isinstance(self.json, dict) and self.json.get("request_id"):
+            return True
         return self.method in ("GET", "HEAD", "DELETE")
 
     def can_resend(self) -> bool:

@@ -154,6 +154,7 @@ def create_body(
     secret_env: SecretEnvSpec | None = None,
     resume_on_preempt: bool = False,
     from_snapshot: str | None = None,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     """The CreateSandboxRequest for Sandbox.create's arguments."""
     body: dict[str, Any] = {}
@@ -192,6 +193,10 @@ def create_body(
         if image or layers is not None:
             raise InvalidArgumentError("pass from_snapshot or image/layers, not both")
         body["from_snapshot"] = from_snapshot
+    if request_id is not None:
+        if not isinstance(request_id, str) or not request_id:
+            raise InvalidArgumentError(f"request_id must be a non-empty string, not {request_id!r}")
+        body["request_id"] = request_id
     merged = {**(str_map(labels, "labels") or {}), **(str_map(metadata, "metadata") or {})}
     if merged:
         body["labels"] = merged

@@ -107,6 +107,7 @@ class Sandbox:
         secret_env: SecretEnvSpec | None = None,
         resume_on_preempt: bool = False,
         from_snapshot: str | None = None,
+        request_id: str | None = None,
         client: Client | None = None,
     ) -> Sandbox:
         """Create a sandbox and wait until it runs.
@@ -167,6 +168,12 @@ class Sandbox:
                 trajectory, behind the same ID (``sb.incarnation`` grows).
             from_snapshot: start from a snapshot's state (its ID) instead of
                 ``image`` or ``layers``.
+            request_id: an idempotency key (1–128 letters, digits and
+                ``-_.:/``): a create repeated with it within a day gets the
+                sandbox the first made instead of another, so the SDK
+                retries it after any failure (a lost answer, a server that
+                went away), on another server too. The same key with other
+                arguments raises ConflictError (``request_id_reused``).
             client: an explicit :class:`Client` instead of the shared pool.
         """
         c = _client(client, url, token)
@@ -175,7 +182,7 @@ class Sandbox:
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
             network=network, phases=phases, capabilities=capabilities, trajectory=trajectory,
             record=record, secret_env=secret_env, resume_on_preempt=resume_on_preempt,
-            from_snapshot=from_snapshot,
+            from_snapshot=from_snapshot, request_id=request_id,
         )
         rt = request_timeout or c.options.request_timeout
         info = c.run(_ops.create_sandbox(body, rt))

@@ -103,6 +103,7 @@ class AsyncSandbox:
         secret_env: SecretEnvSpec | None = None,
         resume_on_preempt: bool = False,
         from_snapshot: str | None = None,
+        request_id: str | None = None,
         client: AsyncClient | None = None,
     ) -> AsyncSandbox:
         """As :meth:`Sandbox.create <libdsec.Sandbox.create>`."""
@@ -112,7 +113,7 @@ class AsyncSandbox:
             disk_mb=disk_mb, envs=envs, metadata=metadata, labels=labels, layers=layers,
             network=network, phases=phases, capabilities=capabilities, trajectory=trajectory,
             record=record, secret_env=secret_env, resume_on_preempt=resume_on_preempt,
-            from_snapshot=from_snapshot,
+            from_snapshot=from_snapshot, request_id=request_id,
         )
         rt = request_timeout or c.options.request_timeout
         info = await c.run(_ops.create_sandbox(body, rt))

@@ -907,3 +907,50 @@ def test_failover_between_servers() -> None:
         for s in (good, busy, limited):
             s.shutdown()
             s.server_close()
+
+
+def test_keyed_create_retried_after_lost_answer() -> None:
+    """A create whose answer is lost (the server reads it and drops the
+    connection) is sent again when it carries a request_id, and not when
+    it does not (it may have made a sandbox)."""
+    import http.server
+    import threading
+
+    sandbox = json.dumps({"id": "sb-1", "tier": "function", "state": "running"}).encode()
+    bodies: list[dict[str, Any]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            if len(bodies) % 2 == 1:
+                self.close_connection = True
+                self.connection.shutdown(2)  # the answer is lost
+                return
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(sandbox)))
+            self.end_headers()
+            self.wfile.write(sandbox)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with libdsec.Client(url, token="t", backoff_base=0.01) as c:
+            with pytest.raises(ConnectionError):
+                c.run(_ops.create_sandbox(_ops.create_body(tier=None, image=None, timeout=None, cpu=None,
+                                                           memory_mb=None, disk_mb=None, envs=None, metadata=None, labels=None), 5.0))
+            assert len(bodies) == 1
+            bodies.clear()
+            body = _ops.create_body(tier=None, image=None, timeout=None, cpu=None, memory_mb=None, disk_mb=None,
+                                    envs=None, metadata=None, labels=None, request_id="r-1")
+            assert c.run(_ops.create_sandbox(body, 5.0)).sandbox_id == "sb-1"
+            assert len(bodies) == 2 and all(b["request_id"] == "r-1" for b in bodies)
+    finally:
+        server.shutdown()
+        server.server_close()
