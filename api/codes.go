@@ -64,6 +64,7 @@ const (
 	CodeNodeFull               = "node_full"
 	CodeNodeBusy               = "node_busy"
 	CodeNodeUnavailable        = "node_unavailable"
+	CodeNodeNotFound           = "node_not_found"
 	CodeNodeTimeout            = "node_timeout"
 	CodeBusClosed              = "bus_closed"
 	CodeStreamBroken           = "stream_broken"
@@ -391,6 +392,7 @@ var ErrorCodes = []ErrorCode{
 	{CodeSandboxNotFound, ClassNotFound, "no sandbox by that ID"},
 	{CodeSandboxNotRunning, ClassConflict, "the sandbox has ended (killed or expired) but the server still knows it"},
 	{CodeSandboxExists, ClassConflict, "a sandbox by that ID exists already"},
+	{CodeNodeNotFound, ClassNotFound, "no node by that ID has reported in"},
 	{CodeRequestIDReused, ClassConflict, "a create's request_id (Idempotency-Key) was used for another request"},
 	{CodeInvalidRequestID, ClassInvalid, "a create's request_id (Idempotency-Key) is not 1–128 letters, digits and -_.:/"},
 	{CodeSandboxStateChanged, ClassConflict, "the sandbox changed state during the request"},

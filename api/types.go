@@ -557,6 +557,20 @@ type Node struct {
 	// sockets refused in every sandbox's cgroup): "on" or "unavailable:
 	// <why>".
 	Guard string `json:"guard,omitempty"`
+	// Cordoned: no new sandbox is placed on the node (its running ones
+	// go on). Draining: cordoned, and its sandboxes are moving off: those
+	// recorded with resume_on_preempt are resumed elsewhere, the others
+	// run until they end or DrainDeadline, when they are destroyed.
+	Cordoned      bool       `json:"cordoned,omitempty"`
+	Draining      bool       `json:"draining,omitempty"`
+	DrainDeadline *time.Time `json:"drain_deadline,omitempty"`
+}
+
+// DrainRequest is the body of POST /v1/nodes/{id}/drain.
+type DrainRequest struct {
+	// DeadlineS is how long the node's sandboxes that cannot be resumed
+	// elsewhere may run on before they are destroyed (default 3600).
+	DeadlineS int `json:"deadline_s,omitempty"`
 }
 
 // NodeList is the body of GET /v1/nodes.

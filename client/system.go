@@ -2,8 +2,11 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/dsec-dev/dsec/api"
 )
@@ -55,4 +58,32 @@ func (c *Client) getRaw(ctx context.Context, path string, accept []string) ([]by
 	}
 	defer resp.Body.Close()
 	return io.ReadAll(resp.Body)
+}
+
+// CordonNode stops placing sandboxes on node; UncordonNode places them
+// there again (and ends a drain).
+func (c *Client) CordonNode(ctx context.Context, node string) (*api.Node, error) {
+	return c.nodeAction(ctx, node, "cordon", nil)
+}
+
+func (c *Client) UncordonNode(ctx context.Context, node string) (*api.Node, error) {
+	return c.nodeAction(ctx, node, "uncordon", nil)
+}
+
+// DrainNode cordons node and moves its sandboxes off: those recorded with
+// resume_on_preempt are resumed elsewhere; the others run until they end
+// or req's deadline.
+func (c *Client) DrainNode(ctx context.Context, node string, req api.DrainRequest) (*api.Node, error) {
+	return c.nodeAction(ctx, node, "drain", req)
+}
+
+func (c *Client) nodeAction(ctx context.Context, node, action string, in any) (*api.Node, error) {
+	if node == "" || strings.ContainsAny(node, "/?#") {
+		return nil, fmt.Errorf("node ID %q is not valid", node)
+	}
+	var n api.Node
+	if err := c.call(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(node)+"/"+action, in, &n, 0); err != nil {
+		return nil, err
+	}
+	return &n, nil
 }

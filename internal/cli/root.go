@@ -98,5 +98,12 @@ func newRoot(e env, version string, extra ...*cobra.Command) *cobra.Command {
 		a.versionCmd(),
 	)
 	root.AddCommand(extra...)
+	// `dsec node cordon|uncordon|drain NODE` beside the node role's own
+	// command, as `dsec nodes cordon …` is.
+	for _, c := range extra {
+		if c.Name() == "node" {
+			c.AddCommand(a.nodeAdminCmds()...)
+		}
+	}
 	return root
 }

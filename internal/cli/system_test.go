@@ -24,14 +24,14 @@ func TestNodes(t *testing.T) {
 		},
 		Capacity: api.Capacity{MaxSandboxes: 100},
 		Usage:    api.Usage{Sandboxes: 3},
-	}, {ID: "node-b", Tiers: []api.TierInfo{{Name: "vm", Available: true, Accelerator: "tcg"}}}}}
+	}, {ID: "node-b", Tiers: []api.TierInfo{{Name: "vm", Available: true, Accelerator: "tcg"}}, Cordoned: true}}}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, nodes)
 	})
 	res := dsec(t, h, "nodes")
-	want := `ID      READY  TIERS                            SANDBOXES/MAX
-node-a  yes    function,container,microvm(kvm)  3/100
-node-b  no     vm(tcg)                          0/0
+	want := `ID      READY  TIERS                            SANDBOXES/MAX  PLACING
+node-a  yes    function,container,microvm(kvm)  3/100          yes
+node-b  no     vm(tcg)                          0/0            cordoned
 `
 	if diff := cmp.Diff(want, res.stdout); diff != "" {
 		t.Errorf("table mismatch (-want +got):\n%s", diff)

@@ -52,6 +52,8 @@ type stateStore interface {
 	snapshotRecords
 	requestRecords
 	ListNodes(ctx context.Context) ([]api.Node, error)
+	// SetNodeAdmin records what an operator set on a node (drain.go).
+	SetNodeAdmin(ctx context.Context, id string, a store.NodeAdmin) error
 }
 
 // requestRecords keeps idempotent creates' keys (see idempotent.go).

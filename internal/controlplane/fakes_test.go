@@ -292,6 +292,17 @@ func (s *memStore) ListNodes(ctx context.Context) ([]api.Node, error) {
 	return slices.Clone(s.d.nodes), nil
 }
 
+func (s *memStore) SetNodeAdmin(ctx context.Context, id string, a store.NodeAdmin) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	for i := range s.d.nodes {
+		if s.d.nodes[i].ID == id {
+			s.d.nodes[i].Cordoned, s.d.nodes[i].Draining, s.d.nodes[i].DrainDeadline = a.Cordoned || a.Draining, a.Draining, a.DrainDeadline
+		}
+	}
+	return nil
+}
+
 // setNodes replaces the heartbeats.
 func (s *memStore) setNodes(nodes ...api.Node) {
 	s.d.mu.Lock()

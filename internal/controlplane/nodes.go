@@ -132,6 +132,7 @@ func (m *Manager) nodeLoop(ctx context.Context) {
 		for _, id := range m.lostNodes(time.Now()) {
 			m.failNode(ctx, id)
 		}
+		m.drainNodes(ctx)
 		select {
 		case <-ctx.Done():
 			return

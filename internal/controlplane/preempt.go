@@ -22,8 +22,9 @@ func resumeAfterLoss(rec *store.SandboxRecord) bool {
 	return rec.ResumeOnPreempt && rec.Trajectory != "" && rec.State == api.StateRunning
 }
 
-// preempted resumes rec, lost with node, elsewhere (in the background).
-func (m *Manager) preempted(ctx context.Context, rec store.SandboxRecord, why string) {
+// preempted resumes rec, lost with node, elsewhere (in the background);
+// then done, if set, is told whether it was.
+func (m *Manager) preempted(ctx context.Context, rec store.SandboxRecord, why string, done func(ok bool)) {
 	m.inflightMu.Lock()
 	if _, busy := m.inflight[rec.ID]; busy {
 		m.inflightMu.Unlock()
@@ -46,6 +47,9 @@ func (m *Manager) preempted(ctx context.Context, rec store.SandboxRecord, why st
 		m.dropRecording(rec.ID, errPreempted)
 		res, err := m.resume(ctx, rec.Owner, rec.Trajectory, api.ResumeRequest{SecretEnv: secret},
 			createOpts{id: rec.ID, recreate: true, avoid: rec.Node}, "preempted")
+		if done != nil {
+			defer func() { done(err == nil) }()
+		}
 		if err != nil {
 			m.log.Warn("resuming a preempted sandbox", "sandbox", rec.ID, "trajectory", rec.Trajectory, "err", err)
 			m.fail(ctx, rec.ID, fmt.Sprintf("%s; resuming it failed: %s", why, errdefs.MessageOf(err)))

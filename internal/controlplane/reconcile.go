@@ -44,7 +44,7 @@ func (m *Manager) reconcile(ctx context.Context, node string) {
 			// simply not be in it.
 			if !present[rec.ID] && rec.StateSince.Before(listed) {
 				if resumeAfterLoss(&rec) {
-					m.preempted(ctx, rec, "lost: its node no longer runs it")
+					m.preempted(ctx, rec, "lost: its node no longer runs it", nil)
 				} else {
 					m.fail(ctx, rec.ID, "lost: its node no longer runs it")
 				}
@@ -97,7 +97,7 @@ func (m *Manager) failNode(ctx context.Context, node string) {
 	})
 	for _, id := range ids {
 		if rec, _, ok := m.cache.get(id); ok && resumeAfterLoss(&rec) {
-			m.preempted(ctx, rec, "node lost")
+			m.preempted(ctx, rec, "node lost", nil)
 			continue
 		}
 		_, err := m.mutate(ctx, id, func(rec *store.SandboxRecord) (bool, error) {

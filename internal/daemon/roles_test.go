@@ -255,3 +255,106 @@ func TestClientFailover(t *testing.T) {
 		t.Errorf("delete through the second server: %v", err)
 	}
 }
+
+// TestCordonAndDrain, on two hollow nodes: a cordoned node gets no new
+// sandbox; uncordoned, it does again; a drained node's sandbox recorded
+// with resume_on_preempt is resumed on the other node behind its ID, and
+// its others are destroyed at the drain's deadline.
+func TestCordonAndDrain(t *testing.T) {
+	u := startUp(t, "", func(c *config.Config) {
+		c.NATS.Listen = "127.0.0.1:0"
+		c.VM.Disabled = true // only the hollow nodes take vm sandboxes
+	})
+	natsToken, _, err := auth.LoadOrCreateAt(filepath.Join(u.dir, "nats.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Defaults()
+	cfg.DataDir, cfg.Node.ID, cfg.LogLevel, cfg.Node.Hollow = t.TempDir(), "pair", "warn", 2
+	cfg.NATS.URL, cfg.NATS.Token = u.info.NATSURL, natsToken
+	runRole(t, RoleNode, cfg)
+	ctx := context.Background()
+	a, b := "pair-h0001", "pair-h0002"
+	nodeOf := func(id string) api.Node {
+		t.Helper()
+		l, err := u.c.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range l.Nodes {
+			if n.ID == id {
+				return n
+			}
+		}
+		return api.Node{}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for nodeOf(a).ID == "" || nodeOf(b).ID == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the hollow nodes did not show")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := u.c.CordonNode(ctx, "nope"); err == nil {
+		t.Error("cordoning an unknown node succeeded")
+	}
+	if n, err := u.c.CordonNode(ctx, a); err != nil || !n.Cordoned {
+		t.Fatalf("cordon: %+v, %v", n, err)
+	}
+	vm := api.CreateSandboxRequest{Tier: api.TierVM, TimeoutS: 600}
+	for range 6 {
+		sb, err := u.c.CreateSandbox(ctx, vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Node != b {
+			t.Errorf("a sandbox was placed on %s while %s was cordoned", sb.Node, a)
+		}
+	}
+	// A recorded sandbox that may be resumed elsewhere, on b.
+	rec := vm
+	rec.Trajectory, rec.ResumeOnPreempt = "drain/rollout-1", true
+	moving, err := u.c.CreateSandbox(ctx, rec)
+	if err != nil || moving.Node != b {
+		t.Fatalf("the recorded sandbox: %+v, %v", moving, err)
+	}
+	if _, err := u.c.Exec(ctx, moving.ID, api.ExecRequest{Command: "make step-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := u.c.UncordonNode(ctx, a); err != nil || n.Cordoned {
+		t.Fatalf("uncordon: %+v, %v", n, err)
+	}
+	if n, err := u.c.DrainNode(ctx, b, api.DrainRequest{DeadlineS: 2}); err != nil || !n.Draining || !n.Cordoned {
+		t.Fatalf("drain: %+v, %v", n, err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		l, err := u.c.ListSandboxes(ctx, client.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		onB, moved := 0, false
+		for _, s := range l.Sandboxes {
+			if s.Node == b && (s.State == api.StateRunning || s.State == api.StatePending) {
+				onB++
+			}
+			if s.ID == moving.ID && s.Node == a && s.State == api.StateRunning {
+				moved = true
+			}
+		}
+		if onB == 0 && moved {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s into the drain: %d sandboxes still on %s, the recorded one moved to %s: %v", onB, b, a, moved)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got, err := u.c.GetSandbox(ctx, moving.ID)
+	if err != nil || got.Incarnation < 2 {
+		t.Errorf("the resumed sandbox: %+v, %v; want a second incarnation", got, err)
+	}
+	if _, err := u.c.Exec(ctx, moving.ID, api.ExecRequest{Command: "make step-2"}); err != nil {
+		t.Errorf("exec in the resumed sandbox, behind its ID: %v", err)
+	}
+}

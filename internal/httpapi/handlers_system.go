@@ -50,3 +50,34 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request, _ string) {
 
 // openAPIJSON is the OpenAPI document converted to JSON once.
 var openAPIJSON = sync.OnceValues(func() ([]byte, error) { return yaml.YAMLToJSON(wire.OpenAPIYAML()) })
+
+func (s *Server) cordonNode(w http.ResponseWriter, r *http.Request, _ string) {
+	n, err := s.mgr.Cordon(r.Context(), r.PathValue("node"), true)
+	s.writeNode(w, r, n, err)
+}
+
+func (s *Server) uncordonNode(w http.ResponseWriter, r *http.Request, _ string) {
+	n, err := s.mgr.Cordon(r.Context(), r.PathValue("node"), false)
+	s.writeNode(w, r, n, err)
+}
+
+// drainNode takes an optional body (no body: the default deadline).
+func (s *Server) drainNode(w http.ResponseWriter, r *http.Request, _ string) {
+	var req wire.DrainRequest
+	if r.ContentLength != 0 {
+		if err := s.decode(w, r, &req); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	n, err := s.mgr.Drain(r.Context(), r.PathValue("node"), req)
+	s.writeNode(w, r, n, err)
+}
+
+func (s *Server) writeNode(w http.ResponseWriter, r *http.Request, n wire.Node, err error) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
+}

@@ -27,7 +27,7 @@ type Request struct {
 // most free sandbox slots; ties go to the lowest load. Nodes not seen
 // within stale are skipped. Pending counts placements made but not yet
 // visible in the nodes' heartbeats. A node req prefers wins if it has a
-// free slot; a node it avoids is never chosen.
+// free slot; a node it avoids, or a cordoned one, is never chosen.
 func Pick(nodes []api.Node, req Request, now time.Time, stale time.Duration, pending map[string]int) (string, error) {
 	best, bestFree := "", -1
 	var bestLoad float64
@@ -41,6 +41,9 @@ func Pick(nodes []api.Node, req Request, now time.Time, stale time.Duration, pen
 			continue
 		}
 		tierSeen = true
+		if n.Cordoned || n.Draining { // an operator's: as good as full
+			continue
+		}
 		free := n.Capacity.MaxSandboxes - n.Usage.Sandboxes - pending[n.ID]
 		if free <= 0 || n.ID == req.Avoid {
 			continue

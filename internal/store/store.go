@@ -54,6 +54,7 @@ type Store struct {
 	layerKV   jetstream.KeyValue
 	snapKV    jetstream.KeyValue
 	requests  jetstream.KeyValue
+	nodeAdmin jetstream.KeyValue
 
 	own ownWrites // sandbox records being written by this Store's callers
 }
@@ -90,6 +91,8 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 			Description: "snapshots of sandboxes, with their owners"}},
 		{&s.requests, jetstream.KeyValueConfig{Bucket: BucketRequests, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
 			TTL: 24 * time.Hour, Description: "idempotent creates' keys and their sandboxes"}},
+		{&s.nodeAdmin, jetstream.KeyValueConfig{Bucket: BucketNodeAdmin, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+			Description: "what operators set on nodes: cordon, drain"}},
 	}
 	for _, b := range buckets {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
