@@ -187,3 +187,13 @@ func Allocated(f *os.File) (int64, error) {
 	}
 	return st.Blocks * 512, nil
 }
+
+// AllocatedAt returns the bytes of disk the file at path takes, and its
+// modification time.
+func AllocatedAt(path string) (int64, time.Time, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, time.Time{}, err
+	}
+	return st.Blocks * 512, time.Unix(st.Mtim.Unix()), nil
+}

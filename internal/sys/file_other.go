@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -35,4 +36,12 @@ func Allocated(f *os.File) (int64, error) {
 		return 0, err
 	}
 	return fi.Size(), nil
+}
+
+func AllocatedAt(path string) (int64, time.Time, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return fi.Size(), fi.ModTime(), nil
 }

@@ -6,7 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
+
+	"github.com/dsec-dev/dsec/internal/sys"
 )
 
 // cacheUsage is the bytes on disk of the cache's data files in dir (at
@@ -21,9 +22,8 @@ func cacheUsage(dir string) int64 {
 		if !strings.HasSuffix(e.Name(), ".data") {
 			continue
 		}
-		var st syscall.Stat_t
-		if syscall.Stat(filepath.Join(dir, e.Name()), &st) == nil {
-			n += st.Blocks * 512
+		if b, _, err := sys.AllocatedAt(filepath.Join(dir, e.Name())); err == nil {
+			n += b
 		}
 	}
 	return n
@@ -68,9 +68,8 @@ func (s *Server) dropFiles(over int64) int64 {
 		if !ok || s.blobs[name] != nil {
 			continue
 		}
-		var st syscall.Stat_t
-		if syscall.Stat(filepath.Join(s.cacheDir, e.Name()), &st) == nil {
-			files = append(files, file{name, st.Mtim.Nano(), st.Blocks * 512})
+		if b, mtime, err := sys.AllocatedAt(filepath.Join(s.cacheDir, e.Name())); err == nil {
+			files = append(files, file{name, mtime.UnixNano(), b})
 		}
 	}
 	slices.SortFunc(files, func(a, b file) int { return cmp.Compare(a.mtime, b.mtime) })
@@ -144,9 +143,9 @@ func (s *Server) evictChunks(over int64) {
 
 // allocated is the bytes on disk of the file at p (0 if there is none).
 func allocated(p string) int64 {
-	var st syscall.Stat_t
-	if syscall.Stat(p, &st) != nil {
+	b, _, err := sys.AllocatedAt(p)
+	if err != nil {
 		return 0
 	}
-	return st.Blocks * 512
+	return b
 }
