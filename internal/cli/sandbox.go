@@ -51,6 +51,7 @@ type createFlags struct {
 	secretEnv       []string
 	resumeOnPreempt bool
 	fromSnapshot    string
+	requestID       string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
@@ -69,6 +70,7 @@ func (f *createFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.StringArrayVar(&f.secretEnv, "secret-env", nil, "environment variable KEY=VALUE, or KEY (its value from --env, else from this environment), whose value is never logged (repeatable)")
 	fs.BoolVar(&f.resumeOnPreempt, "resume-on-preempt", false, "resume the sandbox elsewhere from its trajectory if its node is lost, drained or reclaimed")
 	fs.StringVar(&f.fromSnapshot, "from-snapshot", "", "start from the snapshot ID's state instead of --image or --layer")
+	fs.StringVar(&f.requestID, "request-id", "", "idempotency key: a create repeated with it within a day gets the sandbox the first made (and is retried safely)")
 }
 
 // request returns the create request the flags describe; lookup finds
@@ -120,6 +122,7 @@ func (f *createFlags) request(lookup func(string) (string, bool)) (api.CreateSan
 		SecretEnv:       secret,
 		ResumeOnPreempt: f.resumeOnPreempt,
 		FromSnapshot:    f.fromSnapshot,
+		RequestID:       f.requestID,
 	}, nil
 }
 

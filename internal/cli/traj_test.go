@@ -45,6 +45,14 @@ func TestSandboxCreateTrajectory(t *testing.T) {
 	if diff := cmp.Diff(api.CreateSandboxRequest{FromSnapshot: "snap-1"}, got); diff != "" {
 		t.Errorf("request mismatch (-want +got):\n%s", diff)
 	}
+
+	got = api.CreateSandboxRequest{}
+	if res := dsec(t, mux, "sandbox", "create", "--request-id", "job-1/try"); res.code != 0 {
+		t.Fatalf("--request-id: %+v", res)
+	}
+	if diff := cmp.Diff(api.CreateSandboxRequest{RequestID: "job-1/try"}, got); diff != "" {
+		t.Errorf("request mismatch (-want +got):\n%s", diff)
+	}
 }
 
 func TestTrajectoryUsageErrors(t *testing.T) {
