@@ -36,6 +36,7 @@ func createBurst(ctx context.Context, c *client.Client, o Options) (Result, erro
 	if err != nil {
 		return Result{}, fmt.Errorf("reading the server's metrics: %w", err)
 	}
+	rss0 := rss(o.ServerPID)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	req := api.CreateSandboxRequest{Tier: o.BurstTier, Image: o.BurstImage, TimeoutS: createTTL,
 		Labels: map[string]string{"dsec-bench": run}}
@@ -84,6 +85,13 @@ func createBurst(ctx context.Context, c *client.Client, o Options) (Result, erro
 	}
 	wg.Wait()
 	wall := time.Duration(last.Load())
+	// The server's memory with every sandbox of the burst live (after
+	// its allocations of the burst itself have had a moment to settle).
+	var rss1 int64
+	if o.ServerPID > 0 {
+		time.Sleep(2 * time.Second)
+		rss1 = rss(o.ServerPID)
+	}
 	deleteAll(c, ids, 32)
 	after, err := createStatuses(ctx, c)
 	if err != nil {
@@ -112,6 +120,10 @@ func createBurst(ctx context.Context, c *client.Client, o Options) (Result, erro
 	}
 	r.Note = fmt.Sprintf("%d %s creates at once: %d running (all, after retries: %s), server answered 429 ×%d, 503 ×%d, other 5xx ×%d; a command right after create failed in %d",
 		n, o.BurstTier, len(lat), all, r.Counts["http_429"], r.Counts["http_503"], s5xx, execErr.Load())
+	if o.ServerPID > 0 && len(ids) > 0 {
+		r.Note += fmt.Sprintf("; server RSS %+.1f KiB per live sandbox (%.0f → %.0f MiB)",
+			float64(rss1-rss0)/float64(len(ids))/1024, float64(rss0)/(1<<20), float64(rss1)/(1<<20))
+	}
 	for _, v := range []*atomic.Value{&firstCreate, &firstExec} {
 		if s, ok := v.Load().(string); ok && r.FirstError == "" {
 			r.FirstError = s
