@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
@@ -411,6 +412,9 @@ func (m *Manager) Rename(ctx context.Context, g *Group, id string) (*Group, erro
 		for _, pid := range pids {
 			if err == nil {
 				err = writeFile(filepath.Join(n.unified, "cgroup.procs"), strconv.Itoa(pid))
+				if errors.Is(err, syscall.ESRCH) {
+					err = nil // it exited meanwhile: nothing to move
+				}
 			}
 		}
 		if err == nil {
@@ -420,6 +424,9 @@ func (m *Manager) Rename(ctx context.Context, g *Group, id string) (*Group, erro
 			})
 		}
 		if err != nil {
+			// The old cgroup2 directory is n's to remove, with its own
+			// (a warm sandbox whose agent died left it behind).
+			n.dirs = append(n.dirs, g.unified)
 			return n, fmt.Errorf("moving cgroup %s to %s: %w", g.name, id, err)
 		}
 	}
