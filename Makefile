@@ -79,6 +79,8 @@ LAZY_MB   := 32
 VM_BOOTS  := 1
 SDK_BENCH := --cycles 2 --parallel 2 --parallel-cycles 4 --execs 5
 BURST     ?= 20
+HOLLOW    ?= 4
+HOLLOW_BURST ?= 40
 else
 BT_TIME   := 2s
 API_BENCH := --concurrency 1,2,8,32 --duration 5s --idle-sandboxes 4000
