@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,9 +188,11 @@ func runBounded(ctx context.Context, binary string, args []string, timeout time.
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Env = []string{}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = probeProcAttr()
 	cmd.WaitDelay = time.Second
+	runtime.LockOSThread() // see probeProcAttr
 	err := cmd.Run()
+	runtime.UnlockOSThread()
 	if ctx.Err() != nil {
 		return nil, 0, fmt.Errorf("no exit within %v (output ends with %q): %w", timeout, tail([]byte(out.String()), 300), ctx.Err())
 	}

@@ -74,3 +74,14 @@ func sysProcAttr() *syscall.SysProcAttr {
 	// not reach the VM. No Pdeathsig: see the package documentation.
 	return &syscall.SysProcAttr{Setsid: true}
 }
+
+// probeProcAttr is sysProcAttr for a probe VM, which, unlike a sandbox's,
+// must not outlive the process that runs it: a test binary that exited
+// mid-probe (a KVM kernel probe waits out its timeout here) left its QEMU
+// running. The caller keeps its goroutine on the forking thread (the
+// signal follows the thread).
+func probeProcAttr() *syscall.SysProcAttr {
+	a := sysProcAttr()
+	a.Pdeathsig = syscall.SIGKILL
+	return a
+}
