@@ -34,19 +34,11 @@ func (m *Manager) Fork(ctx context.Context, owner, id string, req api.ForkReques
 	if req.TimeoutS < 0 || req.TimeoutS > m.lim.MaxTimeoutS {
 		return api.ForkResult{}, errdefs.New(errdefs.Invalid, api.CodeOutOfRange, "timeout_s must be between 0 and %d", m.lim.MaxTimeoutS)
 	}
-	rec, err := m.running(owner, id)
+	rec, r, unlock, err := m.holdForSnapshot(ctx, owner, id)
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	r, err := m.recording(ctx, rec)
-	if err != nil {
-		return api.ForkResult{}, err
-	}
-	if r != nil {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.ff = nil
-	}
+	defer unlock()
 	p, err := m.beginSnapshot(ctx, rec, r, true)
 	if err != nil {
 		return api.ForkResult{}, err

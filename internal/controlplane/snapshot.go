@@ -23,20 +23,32 @@ const RoleState = "state"
 // state layers, which from_snapshot, fork and resume start from. In a
 // recorded sandbox it is a step of the trajectory.
 func (m *Manager) Snapshot(ctx context.Context, owner, id string) (api.Snapshot, error) {
-	rec, err := m.running(owner, id)
+	rec, r, unlock, err := m.holdForSnapshot(ctx, owner, id)
 	if err != nil {
 		return api.Snapshot{}, err
+	}
+	defer unlock()
+	return m.snapshotLocked(ctx, rec, r)
+}
+
+// holdForSnapshot returns owner's running sandbox id and its recording
+// (nil without a trajectory), held until unlock: a snapshot is the
+// trajectory's next step, and it ends a fast-forward.
+func (m *Manager) holdForSnapshot(ctx context.Context, owner, id string) (store.SandboxRecord, *recording, func(), error) {
+	rec, err := m.running(owner, id)
+	if err != nil {
+		return rec, nil, nil, err
 	}
 	r, err := m.recording(ctx, rec)
 	if err != nil {
-		return api.Snapshot{}, err
+		return rec, nil, nil, err
 	}
-	if r != nil {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.ff = nil
+	if r == nil {
+		return rec, nil, func() {}, nil
 	}
-	return m.snapshotLocked(ctx, rec, r)
+	r.mu.Lock()
+	r.ff = nil
+	return rec, r, r.mu.Unlock, nil
 }
 
 // snapshotLocked takes a snapshot of rec (r, if not nil, is held).
