@@ -64,6 +64,7 @@ const (
 	CodeNodeFull               = "node_full"
 	CodeNodeBusy               = "node_busy"
 	CodeNodeUnavailable        = "node_unavailable"
+	CodeStoreUnavailable       = "store_unavailable"
 	CodeNodeNotFound           = "node_not_found"
 	CodeNodeTimeout            = "node_timeout"
 	CodeBusClosed              = "bus_closed"
@@ -414,6 +415,7 @@ var ErrorCodes = []ErrorCode{
 	{CodeRateLimited, ClassRateLimited, "this token creates sandboxes too fast; retry after Retry-After"},
 	{CodeTooManySandboxes, ClassRateLimited, "this token has its maximum of live sandboxes; delete some first (a retry does not help)"},
 	{CodeNoNodes, ClassUnavailable, "no node is connected"},
+	{CodeStoreUnavailable, ClassUnavailable, "the control plane's store (NATS JetStream) does not answer: no quorum, or no connection; retry after Retry-After"},
 	{CodeCapacityExhausted, ClassUnavailable, "every node that runs the tier is full"},
 	{CodeSandboxStartTimeout, ClassUnavailable, "the sandbox was not ready by its start deadline on a busy node; nothing was kept"},
 	{CodeSandboxStartFailed, ClassInternal, "the sandbox did not start"},

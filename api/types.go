@@ -549,6 +549,9 @@ type Node struct {
 	Usage    Usage      `json:"usage"`
 	Ready    bool       `json:"ready"`
 	LastSeen time.Time  `json:"last_seen"`
+	// StartedAt is when the node's process started: a node that restarted
+	// between two heartbeats is reconciled as one that came back.
+	StartedAt time.Time `json:"started_at,omitzero"`
 	// Monitor is the node's eBPF monitor of sandboxes: "on", "off", or
 	// "unavailable: <why>" (sandboxes then run unmonitored, under the
 	// same host-side rules).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -103,6 +104,39 @@ type NATS struct {
 	// Token authenticates to NATS. The embedded server creates one in the
 	// data directory if unset.
 	Token string `toml:"token"`
+	// ServerName names this API server among the others, and its
+	// embedded NATS server in a cluster (default: the host name). Names
+	// must be unique: a server's creates and leadership are leased
+	// under it.
+	ServerName string `toml:"server_name"`
+	// ClusterName, for dsec server, makes the embedded NATS server a
+	// member of that NATS cluster (instead of dialling URL): routes are
+	// accepted at ClusterListen, the other members are at Routes
+	// (host:port), and JetStream is replicated across the members.
+	ClusterName   string   `toml:"cluster_name"`
+	ClusterListen string   `toml:"cluster_listen"`
+	Routes        []string `toml:"routes"`
+	// Replicas of every JetStream bucket and stream a server opens
+	// (default: 3 in a cluster, 1 alone; with an external NATS, what
+	// the buckets already have, or 1).
+	Replicas int `toml:"replicas"`
+}
+
+// Clustered reports whether the embedded NATS server joins a cluster.
+func (n NATS) Clustered() bool { return n.ClusterName != "" }
+
+// StreamReplicas is the replica count buckets and streams are opened
+// with (0: keep what they have; see NATS.Replicas).
+func (n NATS) StreamReplicas() int {
+	switch {
+	case n.Replicas > 0:
+		return n.Replicas
+	case n.Clustered():
+		return 3
+	case n.URL == "":
+		return 1
+	}
+	return 0
 }
 
 // MaxHollow caps the hollow nodes of one process.
@@ -278,7 +312,7 @@ func Defaults() Config {
 		LogLevel:  "info",
 		LogFormat: "text",
 		API:       API{Listen: "127.0.0.1:7878", ShutdownGrace: Duration{30 * time.Second}},
-		NATS:      NATS{Listen: "127.0.0.1:7422"},
+		NATS:      NATS{Listen: "127.0.0.1:7422", ServerName: NodeIDFromHost(host)},
 		Node:      Node{ID: NodeIDFromHost(host)},
 	}
 }
@@ -338,6 +372,12 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	str("DSEC_NATS_URL", &c.NATS.URL)
 	str("DSEC_NATS_LISTEN", &c.NATS.Listen)
 	str("DSEC_NATS_TOKEN", &c.NATS.Token)
+	str("DSEC_SERVER_NAME", &c.NATS.ServerName)
+	str("DSEC_CLUSTER_NAME", &c.NATS.ClusterName)
+	str("DSEC_CLUSTER_LISTEN", &c.NATS.ClusterListen)
+	if v := getenv("DSEC_ROUTES"); v != "" {
+		c.NATS.Routes = SplitList(v)
+	}
 	str("DSEC_NODE_ID", &c.Node.ID)
 	str("DSEC_LOG_LEVEL", &c.LogLevel)
 	str("DSEC_LOG_FORMAT", &c.LogFormat)
@@ -416,10 +456,49 @@ func (c *Config) Validate() error {
 	if c.Images.LazyFetchTimeoutS < 0 {
 		return fmt.Errorf("images.lazy_fetch_timeout_s %d: want a positive number of seconds", c.Images.LazyFetchTimeoutS)
 	}
+	if err := c.NATS.validate(); err != nil {
+		return err
+	}
 	switch c.Images.Blobs {
 	case "", "local", "nats":
 	default:
 		return fmt.Errorf("images.blobs %q: want local or nats", c.Images.Blobs)
 	}
 	return nil
+}
+
+func (n NATS) validate() error {
+	if n.ServerName != "" && !serverName.MatchString(n.ServerName) {
+		return fmt.Errorf("nats.server_name %q: want 1 to 64 letters, digits, '-' or '_'", n.ServerName)
+	}
+	if n.Replicas < 0 || n.Replicas > 5 {
+		return fmt.Errorf("nats.replicas %d: want 1 to 5 (0: the default)", n.Replicas)
+	}
+	if !n.Clustered() {
+		if n.ClusterListen != "" || len(n.Routes) > 0 {
+			return errors.New("nats.cluster_listen and nats.routes need nats.cluster_name")
+		}
+		return nil
+	}
+	if n.URL != "" {
+		return errors.New("nats.cluster_name and nats.url: a server either runs a cluster member or dials NATS, not both")
+	}
+	if n.ClusterListen == "" {
+		return errors.New("nats.cluster_name needs nats.cluster_listen (host:port the other members route to)")
+	}
+	return nil
+}
+
+var serverName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// SplitList splits a comma-separated list, dropping empty items and
+// spaces around them.
+func SplitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -240,8 +240,8 @@ func (m *Manager) create(ctx context.Context, owner string, req api.CreateSandbo
 			Labels: maps.Clone(req.Labels), Network: req.Network, CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second),
 			Phases: req.Phases, Capabilities: req.Capabilities,
 		},
-		StateSince: now,
-		Owner:      owner, Env: maps.Clone(req.Env), ImageSource: img.Source(), Layers: layerIDs,
+		StateSince: now, Creator: m.leases.name, CreatorRun: m.leases.incarnation,
+		Owner: owner, Env: maps.Clone(req.Env), ImageSource: img.Source(), Layers: layerIDs,
 		SecretEnv: req.SecretEnv, ResumeOnPreempt: req.ResumeOnPreempt, FromSnapshot: req.FromSnapshot,
 	}
 	for _, l := range img.Manifest.Layers {

@@ -147,6 +147,16 @@ type Options struct {
 	// SnapshotSweep is the period of the snapshot and state layer
 	// sweep (1 min).
 	SnapshotSweep time.Duration
+	// Name is this API server's name among the servers; Leases, if set,
+	// keeps their leases (*store.Store), so that several servers share
+	// the work (leases.go). Without it the server is alone.
+	Name   string
+	Leases leaseStore
+	// LeaseTTL is the store's lease TTL (10 s).
+	LeaseTTL time.Duration
+	// ReconcileEvery is how often the leader compares every node with
+	// the records (1 min), besides when a node appears.
+	ReconcileEvery time.Duration
 }
 
 // Manager is the control plane. It is safe for concurrent use.
@@ -159,10 +169,11 @@ type Manager struct {
 	obs    Observer
 	opt    Options
 
-	cache *cache
-	view  *nodeView
-	traj  trajectoryLog
-	recs  recordings
+	cache  *cache
+	view   *nodeView
+	leases *leases
+	traj   trajectoryLog
+	recs   recordings
 
 	limMu    sync.Mutex // guards following fields
 	limiters map[string]*rate.Limiter
@@ -171,6 +182,8 @@ type Manager struct {
 	inflightMu sync.Mutex          // guards following fields
 	inflight   map[string]struct{} // sandboxes with background work running
 	creates    map[string]struct{} // sandboxes this process is creating
+	// orphanChecked: node → last look for gone servers' creates.
+	orphanChecked map[string]time.Time
 
 	started time.Time
 
@@ -202,20 +215,28 @@ func New(opt Options) *Manager {
 	if opt.SnapshotSweep == 0 {
 		opt.SnapshotSweep = time.Minute
 	}
+	if opt.LeaseTTL == 0 {
+		opt.LeaseTTL = 10 * time.Second
+	}
+	if opt.ReconcileEvery == 0 {
+		opt.ReconcileEvery = time.Minute
+	}
 	opt.Limits.setDefaults()
 	return &Manager{
 		st: opt.Store, nodes: opt.Nodes, images: opt.Images,
 		log: opt.Logger.With("component", "controlplane"), lim: opt.Limits, obs: opt.Observer, opt: opt,
-		traj:     opt.Trajectories,
-		recs:     recordings{m: map[string]*recording{}, ending: map[string]chan struct{}{}},
-		cache:    newCache(),
-		view:     newNodeView(),
-		limiters: map[string]*rate.Limiter{},
-		creating: map[string]int{},
-		inflight: map[string]struct{}{},
-		creates:  map[string]struct{}{},
-		started:  time.Now(),
-		sem:      make(chan struct{}, 64),
+		traj:          opt.Trajectories,
+		recs:          recordings{m: map[string]*recording{}, ending: map[string]chan struct{}{}},
+		cache:         newCache(),
+		view:          newNodeView(),
+		leases:        newLeases(opt.Leases, opt.Name, opt.LeaseTTL),
+		limiters:      map[string]*rate.Limiter{},
+		creating:      map[string]int{},
+		inflight:      map[string]struct{}{},
+		creates:       map[string]struct{}{},
+		orphanChecked: map[string]time.Time{},
+		started:       time.Now(),
+		sem:           make(chan struct{}, 64),
 	}
 }
 
@@ -257,6 +278,13 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		m.stopEnded = stop
 	}
+	if m.opt.Leases != nil {
+		// Read before the loops start: a lone or restarted server leads
+		// from its first sweep.
+		m.leases.renew(ctx, m.log)
+		m.wg.Add(1)
+		go m.leaseLoop(bg)
+	}
 	m.wg.Add(3)
 	go m.nodeLoop(bg)
 	go m.reapLoop(bg)
@@ -273,6 +301,9 @@ func (m *Manager) Stop() {
 		m.cancel()
 	}
 	m.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m.leases.release(ctx)
 }
 
 // Counts returns the number of sandboxes by tier and state (for metrics).

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/api"
+	"github.com/dsec-dev/dsec/internal/sandbox"
 	"github.com/dsec-dev/dsec/internal/scheduler"
+	"github.com/dsec-dev/dsec/internal/store"
 )
 
 // nodeView is the control plane's picture of the nodes, refreshed from
@@ -22,10 +24,14 @@ type nodeView struct {
 	// taken), so that a burst of creates between heartbeats spreads.
 	placed map[string]int
 	beat   map[string]time.Time // node → LastSeen of the heartbeat placed counts from
+	// started: node → its process's start, as last heard; a new one is
+	// a restart, which may have lost sandboxes.
+	started map[string]time.Time
 }
 
 func newNodeView() *nodeView {
-	return &nodeView{seen: map[string]time.Time{}, placed: map[string]int{}, beat: map[string]time.Time{}}
+	return &nodeView{seen: map[string]time.Time{}, placed: map[string]int{}, beat: map[string]time.Time{},
+		started: map[string]time.Time{}}
 }
 
 func (v *nodeView) list() []api.Node {
@@ -76,9 +82,12 @@ func (m *Manager) refreshNodes(ctx context.Context) []string {
 	for _, n := range nodes {
 		fresh := now.Sub(n.LastSeen) <= m.opt.NodeStale
 		last, known := v.seen[n.ID]
-		if fresh && (!known || now.Sub(last) > m.opt.NodeStale) {
+		prev, heard := v.started[n.ID]
+		restarted := heard && !n.StartedAt.Equal(prev)
+		if fresh && (!known || now.Sub(last) > m.opt.NodeStale || restarted) {
 			appeared = append(appeared, n.ID)
 		}
+		v.started[n.ID] = n.StartedAt
 		if fresh {
 			v.seen[n.ID] = now
 		}
@@ -106,25 +115,38 @@ func (m *Manager) lostNodes(now time.Time) []string {
 	return lost
 }
 
-// nodeLoop refreshes the node view every second, reconciles nodes that
-// appear, and fails the sandboxes of nodes that are gone for good.
+// nodeLoop refreshes the node view every second. On the leader it also
+// reconciles nodes that appear (and every node now and then), fails the
+// sandboxes of nodes that are gone for good, and drains.
 func (m *Manager) nodeLoop(ctx context.Context) {
 	defer m.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	reconcileAll := true
+	var lastAll time.Time
 	for {
 		appeared := m.refreshNodes(ctx)
+		if !m.leases.leading() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		reconcileAll := m.leases.tookLead() || time.Since(lastAll) > m.opt.ReconcileEvery
 		if reconcileAll {
-			// After a control-plane restart every node needs a look, not
-			// only those that are new to this process.
+			lastAll = time.Now()
+			m.watchRecordedNodes()
+			// After a control-plane restart or a change of leader every
+			// node needs a look, not only those that are new to this
+			// process; and now and then, in case anything slipped
+			// (a create's destroy that reached its node first).
 			appeared = nil
 			for _, n := range m.view.list() {
 				if time.Since(n.LastSeen) <= m.opt.NodeStale {
 					appeared = append(appeared, n.ID)
 				}
 			}
-			reconcileAll = false
 		}
 		for _, id := range appeared {
 			m.reconcile(ctx, id)
@@ -137,6 +159,27 @@ func (m *Manager) nodeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// watchRecordedNodes starts the clock of nodes that records point at
+// and this process has not seen (gone before it started, or before it
+// led): unless they come back, their sandboxes fail after NodeLost.
+func (m *Manager) watchRecordedNodes() {
+	nodes := map[string]bool{}
+	m.cache.each(func(rec *store.SandboxRecord) {
+		if rec.Node != "" && sandbox.Live(rec.State) {
+			nodes[rec.Node] = true
+		}
+	})
+	now := time.Now()
+	v := m.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for n := range nodes {
+		if _, ok := v.seen[n]; !ok {
+			v.seen[n] = now
 		}
 	}
 }

@@ -33,6 +33,10 @@ func (m *Manager) every(ctx context.Context, period time.Duration, fn func(conte
 }
 
 func (m *Manager) reap(ctx context.Context, now time.Time) {
+	if !m.leases.leading() {
+		return
+	}
+	m.finishOrphanedCreates(ctx, now)
 	var expired, stuck, purge []store.SandboxRecord
 	m.cache.each(func(rec *store.SandboxRecord) {
 		switch rec.State {

@@ -13,7 +13,10 @@ import (
 // reports running, after either side restarted:
 //   - running here, absent there: the sandbox is lost → failed;
 //   - pending here, with no create in flight in this process: the create
-//     was interrupted → destroyed on the node if present, failed;
+//     was interrupted → destroyed on the node if present, failed; but a
+//     create another live server is making is left to it, and one whose
+//     server has gone (its lease lapsed) is completed if the node has
+//     the sandbox (leases.go);
 //   - stopping here: the destroy is finished;
 //   - present there with no live record for that node: an orphan →
 //     destroyed.
@@ -51,7 +54,20 @@ func (m *Manager) reconcile(ctx context.Context, node string) {
 				lost++
 			}
 		case api.StatePending:
-			if m.createInFlight(rec.ID) || rec.StateSince.After(m.started) && time.Since(rec.StateSince) < createDeadline {
+			if m.createInFlight(rec.ID) {
+				continue
+			}
+			if rec.Creator != "" {
+				if !m.leases.creatorGone(rec.Creator, rec.CreatorRun, rec.StateSince) {
+					continue
+				}
+				if m.finishOrphan(ctx, rec, present[rec.ID]) {
+					present[rec.ID] = false
+					interrupted++
+				}
+				continue
+			}
+			if rec.StateSince.After(m.started) && time.Since(rec.StateSince) < createDeadline {
 				continue
 			}
 			if present[rec.ID] {
@@ -77,6 +93,13 @@ func (m *Manager) reconcile(ctx context.Context, node string) {
 		rec, _, ok := m.cache.get(s.ID)
 		if ok && rec.Node == node && sandbox.Live(rec.State) {
 			continue
+		}
+		if !ok {
+			// Another server's create whose record this process has not
+			// heard of yet is not an orphan: ask the store.
+			if rec, _, err := m.st.GetSandbox(ctx, s.ID); err == nil && rec.Node == node && sandbox.Live(rec.State) {
+				continue
+			}
 		}
 		m.destroyOnNode(ctx, node, s.ID)
 		orphans++
@@ -118,4 +141,53 @@ func (m *Manager) failNode(ctx context.Context, node string) {
 	if len(ids) > 0 {
 		m.log.Warn("node lost", "node", node, "sandboxes", len(ids))
 	}
+}
+
+// finishOrphan completes or fails the create of rec, whose server has
+// gone: completed (running) if the node has the sandbox and nothing else
+// was to be done after the node's create (a trajectory's start was), else
+// destroyed on the node (it may still be making it) and failed. It
+// reports whether the node's sandbox went.
+func (m *Manager) finishOrphan(ctx context.Context, rec store.SandboxRecord, present bool) (destroyed bool) {
+	m.log.Warn("finishing the create of a server that stopped", "sandbox", rec.ID, "creator", rec.Creator,
+		"run", rec.CreatorRun, "node", rec.Node, "on_node", present)
+	if present && rec.Trajectory == "" {
+		_, err := m.transition(ctx, rec.ID, api.StatePending, api.StateRunning,
+			"created: server "+rec.Creator+" stopped before it finished, "+m.leases.name+" did")
+		if err == nil {
+			return false
+		}
+		m.log.Warn("completing an orphaned create", "sandbox", rec.ID, "err", err)
+	}
+	m.destroyOnNode(ctx, rec.Node, rec.ID)
+	m.fail(ctx, rec.ID, "interrupted: server "+rec.Creator+" stopped during create")
+	return true
+}
+
+// finishOrphanedCreates reconciles the nodes that hold pending creates of
+// servers that have gone, at most every few seconds per node.
+func (m *Manager) finishOrphanedCreates(ctx context.Context, now time.Time) {
+	nodes := map[string]bool{}
+	m.cache.each(func(rec *store.SandboxRecord) {
+		if rec.State == api.StatePending && rec.Creator != "" && rec.Node != "" && !nodes[rec.Node] &&
+			!m.createInFlight(rec.ID) && m.leases.creatorGone(rec.Creator, rec.CreatorRun, rec.StateSince) {
+			nodes[rec.Node] = true
+		}
+	})
+	for n := range nodes {
+		if m.dueOrphanCheck(n, now) {
+			m.reconcile(ctx, n)
+		}
+	}
+}
+
+// dueOrphanCheck rate-limits finishOrphanedCreates per node.
+func (m *Manager) dueOrphanCheck(n string, now time.Time) bool {
+	m.inflightMu.Lock()
+	defer m.inflightMu.Unlock()
+	if now.Sub(m.orphanChecked[n]) < 5*time.Second {
+		return false
+	}
+	m.orphanChecked[n] = now
+	return true
 }

@@ -32,6 +32,9 @@ type LayerSweeper interface {
 
 func (m *Manager) snapshotLoop(ctx context.Context) {
 	m.every(ctx, m.opt.SnapshotSweep, func(ctx context.Context, now time.Time) {
+		if !m.leases.leading() {
+			return
+		}
 		if err := m.sweepSnapshots(ctx, now); err != nil && ctx.Err() == nil {
 			m.log.Warn("sweeping snapshots", "err", err)
 		}

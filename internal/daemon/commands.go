@@ -33,6 +33,8 @@ type flagBinding struct {
 	natsListen, nodeID, logLevel, logFmt string
 	keep                                 bool
 	hollow                               int
+	serverName, clusterName              string
+	clusterListen, routes                string
 }
 
 func roleCommand(role Role, build Build, use, short string) *cobra.Command {
@@ -67,7 +69,16 @@ func roleCommand(role Role, build Build, use, short string) *cobra.Command {
 		f.StringVar(&fb.natsListen, "nats-listen", "", "address the embedded NATS server accepts nodes on, or none (default 127.0.0.1:7422) [DSEC_NATS_LISTEN]")
 		f.BoolVar(&fb.keep, "keep-sandboxes", false, "leave sandboxes running at shutdown; they are re-adopted at the next start [DSEC_KEEP_SANDBOXES]")
 	} else {
-		f.StringVar(&fb.natsURL, "nats-url", "", "NATS server URL [DSEC_NATS_URL]")
+		f.StringVar(&fb.natsURL, "nats-url", "", "NATS server URLs, comma-separated [DSEC_NATS_URL]")
+	}
+	if role == RoleServer {
+		f.StringVar(&fb.natsListen, "nats-listen", "", "with --cluster-name: address the embedded NATS server accepts nodes on (default 127.0.0.1:7422) [DSEC_NATS_LISTEN]")
+		f.StringVar(&fb.clusterName, "cluster-name", "", "run an embedded NATS server that joins this cluster, instead of dialling --nats-url [DSEC_CLUSTER_NAME]")
+		f.StringVar(&fb.clusterListen, "cluster-listen", "", "host:port the other cluster members route to [DSEC_CLUSTER_LISTEN]")
+		f.StringVar(&fb.routes, "routes", "", "the other cluster members' route addresses, comma-separated host:port [DSEC_ROUTES]")
+	}
+	if role != RoleNode {
+		f.StringVar(&fb.serverName, "server-name", "", "this server's name, unique among the servers (default: the host name) [DSEC_SERVER_NAME]")
 	}
 	f.StringVar(&fb.natsToken, "nats-token", "", "NATS token [DSEC_NATS_TOKEN]")
 	if role != RoleServer {
@@ -108,6 +119,12 @@ func (fb *flagBinding) load(cmd *cobra.Command) (config.Config, error) {
 	set("nats-listen", &cfg.NATS.Listen, fb.natsListen)
 	set("nats-token", &cfg.NATS.Token, fb.natsToken)
 	set("node-id", &cfg.Node.ID, fb.nodeID)
+	set("server-name", &cfg.NATS.ServerName, fb.serverName)
+	set("cluster-name", &cfg.NATS.ClusterName, fb.clusterName)
+	set("cluster-listen", &cfg.NATS.ClusterListen, fb.clusterListen)
+	if cmd.Flags().Changed("routes") {
+		cfg.NATS.Routes = config.SplitList(fb.routes)
+	}
 	set("log-level", &cfg.LogLevel, fb.logLevel)
 	set("log-format", &cfg.LogFormat, fb.logFmt)
 	if cmd.Flags().Changed("keep-sandboxes") {

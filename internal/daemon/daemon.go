@@ -130,7 +130,14 @@ func (d *daemon) start(ctx context.Context, cu *cleanup.Stack) error {
 	if err := d.startBus(ctx, cu); err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, d.nc, store.Options{})
+	if err := natsbus.WaitJetStream(ctx, d.nc, d.log); err != nil {
+		return err
+	}
+	var st *store.Store
+	err := natsbus.Retry(ctx, d.log, "opening the store", func(ctx context.Context) (err error) {
+		st, err = store.Open(ctx, d.nc, store.Options{Replicas: d.cfg.NATS.StreamReplicas()})
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -180,14 +187,28 @@ func (d *daemon) blobStore(ctx context.Context) (blobstore.Store, error) {
 	if d.cfg.Images.Blobs == "local" {
 		return blobstore.NewLocal(filepath.Join(d.cfg.DataDir, "blobs"))
 	}
-	return blobstore.NewNATS(ctx, d.nc, 1)
+	var b *blobstore.NATS
+	err := natsbus.Retry(ctx, d.log, "opening the blob store", func(ctx context.Context) (err error) {
+		b, err = blobstore.NewNATS(ctx, d.nc, d.cfg.NATS.StreamReplicas())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // startBus starts the embedded NATS server (up) or dials the configured
 // one (server, node).
 func (d *daemon) startBus(ctx context.Context, cu *cleanup.Stack) error {
 	name := fmt.Sprintf("dsec-%s-%s", d.roleName(), d.cfg.Node.ID)
-	if d.role != RoleUp {
+	if d.role == RoleNode && d.cfg.NATS.Clustered() {
+		return errors.New("dsec node dials NATS (--nats-url); cluster settings are for dsec server")
+	}
+	if d.role == RoleServer && d.cfg.NATS.Clustered() {
+		name = "dsec-server-" + d.serverName()
+	}
+	if d.role != RoleUp && !d.cfg.NATS.Clustered() {
 		if d.cfg.NATS.URL == "" {
 			return errors.New("dsec server and dsec node need a NATS URL (--nats-url or DSEC_NATS_URL)")
 		}
@@ -201,6 +222,9 @@ func (d *daemon) startBus(ctx context.Context, cu *cleanup.Stack) error {
 		return nil
 	}
 	token := d.cfg.NATS.Token
+	if token == "" && d.cfg.NATS.Clustered() {
+		return errors.New("a NATS cluster member needs the cluster's token (--nats-token or DSEC_NATS_TOKEN, the same on every member)")
+	}
 	if token == "" {
 		tok, _, err := auth.LoadOrCreateAt(filepath.Join(d.cfg.DataDir, "nats.token"))
 		if err != nil {
@@ -214,6 +238,9 @@ func (d *daemon) startBus(ctx context.Context, cu *cleanup.Stack) error {
 	}
 	srv, err := natsbus.Start(ctx, natsbus.Options{
 		StoreDir: filepath.Join(d.cfg.DataDir, "nats"), Listen: listen, Token: token, Logger: d.log,
+		Name: d.natsServerName(),
+		Cluster: natsbus.Cluster{Name: d.cfg.NATS.ClusterName, Listen: d.cfg.NATS.ClusterListen,
+			Routes: d.cfg.NATS.Routes},
 	})
 	if err != nil {
 		return err
@@ -227,6 +254,23 @@ func (d *daemon) startBus(ctx context.Context, cu *cleanup.Stack) error {
 	d.nc = nc
 	cu.Add(func() { d.drain(nc) })
 	return nil
+}
+
+// serverName is this API server's name among the servers.
+func (d *daemon) serverName() string {
+	if d.cfg.NATS.ServerName != "" {
+		return d.cfg.NATS.ServerName
+	}
+	return d.cfg.Node.ID
+}
+
+// natsServerName names the embedded NATS server: the server's name in a
+// cluster (members need distinct names), "dsec" alone.
+func (d *daemon) natsServerName() string {
+	if d.cfg.NATS.Clustered() {
+		return d.serverName()
+	}
+	return "dsec"
 }
 
 // drain flushes what the connection still holds before closing it.
@@ -259,7 +303,11 @@ func (d *daemon) startNode(ctx context.Context, cu *cleanup.Stack, blobs blobsto
 		IDMap: idmap,
 	}
 	if d.cfg.Images.Lazy {
-		prof, err := profiles.Open(ctx, d.nc, 1)
+		var prof *profiles.Store
+		err := natsbus.Retry(ctx, d.log, "opening the profile store", func(ctx context.Context) (err error) {
+			prof, err = profiles.Open(ctx, d.nc, d.cfg.NATS.StreamReplicas())
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -378,6 +426,8 @@ func (d *daemon) startServer(ctx context.Context, cu *cleanup.Stack, images *ima
 		},
 		Trajectories: trajs,
 		NodeLost:     lim.NodeLost.Duration,
+		Name:         d.serverName(),
+		Leases:       d.st,
 	})
 	if err := m.Start(ctx); err != nil {
 		return err

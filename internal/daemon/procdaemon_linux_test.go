@@ -127,7 +127,7 @@ func startProcDaemon(t *testing.T, cfg config.Config) *procDaemon {
 	d := launchProcDaemon(t, cfg)
 	addr, ok := waitFile(filepath.Join(cfg.DataDir, AddrFile), 2*time.Minute, d.exited)
 	if !ok {
-		t.Fatalf("the daemon did not start; its log:\n%s", d.logs.tail(16<<10))
+		t.Fatalf("the daemon did not start; its log:\n%s", d.logs.tail(64<<10))
 	}
 	tok, err := auth.Load(cfg.DataDir)
 	if err != nil {
@@ -168,7 +168,7 @@ func launchProcDaemon(t *testing.T, cfg config.Config, env ...string) *procDaemo
 			d.stop()
 		}
 		if t.Failed() {
-			t.Logf("daemon (pid %d) log:\n%s", d.cmd.Process.Pid, d.logs.tail(16<<10))
+			t.Logf("daemon (pid %d) log:\n%s", d.cmd.Process.Pid, d.logs.tail(64<<10))
 		}
 	})
 	return d

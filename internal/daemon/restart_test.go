@@ -31,13 +31,20 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		level := slog.LevelWarn
+		if os.Getenv("DSEC_TEST_LOG") == "info" {
+			level = slog.LevelInfo
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 		// SIGTERM shuts it down as it would `dsec up`; SIGKILL crashes it.
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
 		role := RoleUp
-		if os.Getenv("DSEC_TEST_ROLE") == "node" {
+		switch os.Getenv("DSEC_TEST_ROLE") {
+		case "node":
 			role = RoleNode
+		case "server":
+			role = RoleServer
 		}
 		if err := Run(ctx, role, cfg, Build{Version: "test"}, log, func(Info) {}); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dsec-dev/dsec/internal/natsbus"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 )
 
@@ -17,5 +18,11 @@ func (d *daemon) openTrajectories(ctx context.Context) (*trajectory.Store, error
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
 	t := d.cfg.Trajectories
-	return trajectory.Open(ctx, js, trajectory.Options{Retention: t.Retention.Duration, MaxBytes: t.MaxBytes, Logger: d.log})
+	var st *trajectory.Store
+	err = natsbus.Retry(ctx, d.log, "opening the trajectory store", func(ctx context.Context) (err error) {
+		st, err = trajectory.Open(ctx, js, trajectory.Options{Retention: t.Retention.Duration, MaxBytes: t.MaxBytes, Logger: d.log,
+			Replicas: d.cfg.NATS.StreamReplicas()})
+		return err
+	})
+	return st, err
 }

@@ -18,6 +18,9 @@ import (
 // plane's reconciliation fails the record ("lost") instead.
 const reportTimeout = time.Minute
 
+// shutdownReports bounds all the reports of a node's stop together.
+const shutdownReports = 15 * time.Second
+
 // watchEnds makes rt report its sandboxes' ends to the node, if it can.
 func (a *Service) watchEnds(rt sandbox.Runtime) {
 	if n, ok := rt.(sandbox.EndNotifier); ok {
@@ -75,10 +78,15 @@ func (a *Service) ended(tier string, end sandbox.Ended) {
 
 // report tells the control plane that a sandbox ended by itself.
 func (a *Service) report(tier string, end sandbox.Ended) {
+	a.reportWithin(a.bg, tier, end)
+}
+
+// reportWithin is report bounded by ctx too.
+func (a *Service) reportWithin(ctx context.Context, tier string, end sandbox.Ended) {
 	if a.nc == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(a.bg, reportTimeout)
+	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
 	r := noderpc.EndedReport{Node: a.opt.ID, ID: end.ID, Tier: tier, Reason: end.Reason(), Time: time.Now().UTC()}
 	if err := noderpc.ReportEnded(ctx, a.nc, r); err != nil {

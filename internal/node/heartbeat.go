@@ -23,9 +23,10 @@ func (a *Service) Info(ctx context.Context) api.Node {
 			MemoryMB:     int(meminfo("MemTotal") / 1024),
 			MaxSandboxes: a.opt.MaxSandboxes,
 		},
-		LastSeen: time.Now().UTC(),
-		Monitor:  a.opt.Monitor,
-		Guard:    a.opt.Guard,
+		LastSeen:  time.Now().UTC(),
+		StartedAt: a.started,
+		Monitor:   a.opt.Monitor,
+		Guard:     a.opt.Guard,
 	}
 	for _, rt := range a.opt.Registry.All() {
 		n.Tiers = append(n.Tiers, rt.Fingerprint(ctx))

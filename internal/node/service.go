@@ -73,8 +73,9 @@ type heartbeatSink interface {
 
 // Service runs the sandboxes of one node. It is safe for concurrent use.
 type Service struct {
-	opt Options
-	log *slog.Logger
+	opt     Options
+	log     *slog.Logger
+	started time.Time // reported in heartbeats
 
 	mu        sync.Mutex // guards following fields
 	sandboxes map[string]*entry
@@ -142,6 +143,7 @@ func New(opt Options) (*Service, error) {
 		opt.MaxConcurrent = 4096
 	}
 	return &Service{
+		started:   time.Now().UTC().Truncate(time.Millisecond),
 		opt:       opt,
 		log:       opt.Logger.With("node", opt.ID),
 		sandboxes: map[string]*entry{},
@@ -373,9 +375,15 @@ func (a *Service) releaser(id string, release func()) func() {
 func (a *Service) DestroyAll(ctx context.Context) {
 	// Each is reported ended, so that its record ends now instead of when
 	// the node is judged lost; a few reports at a time.
+	// The reports share one budget: a control plane that does not
+	// answer (no quorum, gone) must not hold the stop for a minute per
+	// sandbox. What is not reported is found when the node comes back
+	// (reconciliation) or is judged lost.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownReports)
+	defer cancel() // after the reports: deferred first, runs last
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
-	defer wg.Wait() // bounded: each report is bounded by reportTimeout
+	defer wg.Wait() // bounded: each report is bounded by rctx
 	for _, s := range a.List() {
 		if err := a.Destroy(ctx, s.ID); err != nil {
 			a.log.Warn("destroying sandbox at shutdown", "sandbox", s.ID, "err", err)
@@ -386,7 +394,7 @@ func (a *Service) DestroyAll(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			a.report(s.Tier, sandbox.Ended{ID: s.ID, Code: sandbox.EndNodeShutdown, Detail: "node " + a.opt.ID + " stopped", Status: -1})
+			a.reportWithin(rctx, s.Tier, sandbox.Ended{ID: s.ID, Code: sandbox.EndNodeShutdown, Detail: "node " + a.opt.ID + " stopped", Status: -1})
 		}()
 	}
 }

@@ -33,14 +33,14 @@ func (s *Store) ClaimRequest(ctx context.Context, key string, rec RequestRecord)
 			return rec, true, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return RequestRecord{}, false, fmt.Errorf("recording request %s: %w", key, err)
+			return RequestRecord{}, false, storeErr(ctx, err, "recording request %s", key)
 		}
 		e, err := s.requests.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // released meanwhile: claim it again
 		}
 		if err != nil {
-			return RequestRecord{}, false, fmt.Errorf("reading request %s: %w", key, err)
+			return RequestRecord{}, false, storeErr(ctx, err, "reading request %s", key)
 		}
 		var got RequestRecord
 		if err := json.Unmarshal(e.Value(), &got); err != nil {

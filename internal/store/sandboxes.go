@@ -31,6 +31,13 @@ type SandboxRecord struct {
 	Layers []string `json:"layers,omitempty"`
 	// StateSince is when the sandbox entered its state.
 	StateSince time.Time `json:"state_since"`
+	// Creator is the API server that accepted the create: while the
+	// sandbox is pending, its create is that server's, for as long as
+	// the server holds its lease (controlplane/leases.go).
+	Creator string `json:"creator,omitempty"`
+	// CreatorRun is which run of that server (its lease's incarnation):
+	// a restarted server has lost its predecessor's creates.
+	CreatorRun string `json:"creator_run,omitempty"`
 	// PhaseHistory lists the phases the sandbox entered, in order.
 	PhaseHistory []api.PhaseChange `json:"phase_history,omitempty"`
 	// Grades are the sealed gradings run for the sandbox, oldest first
@@ -85,7 +92,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, r SandboxRecord, rev uint64) 
 // PurgeSandbox removes a record for good.
 func (s *Store) PurgeSandbox(ctx context.Context, id string) error {
 	if err := s.sandboxes.Purge(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("purging sandbox %s: %w", id, err)
+		return storeErr(ctx, err, "purging sandbox %s", id)
 	}
 	return nil
 }

@@ -13,6 +13,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dsec-dev/dsec/internal/natsbus"
 
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -37,12 +40,15 @@ const (
 
 // Options tune the store. Zero values are valid.
 type Options struct {
-	// Replicas for buckets and streams (1 for one host).
+	// Replicas for buckets and streams; 0 keeps what they have (1 when
+	// new): see natsbus.Replicas.
 	Replicas int
 	// NodeTTL ages out node records that stop heartbeating. Default 60s.
 	NodeTTL time.Duration
 	// EventMaxAge bounds how long lifecycle events are kept. Default 7 days.
 	EventMaxAge time.Duration
+	// LeaseTTL is how long a server's lease lasts unrenewed. Default 10s.
+	LeaseTTL time.Duration
 }
 
 // Store is the JetStream-backed state. It is safe for concurrent use.
@@ -55,17 +61,18 @@ type Store struct {
 	snapKV    jetstream.KeyValue
 	requests  jetstream.KeyValue
 	nodeAdmin jetstream.KeyValue
+	leases    jetstream.KeyValue
 
 	own ownWrites // sandbox records being written by this Store's callers
 }
 
 // Open creates the buckets and stream if needed and returns the store.
 func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
-	if opt.Replicas == 0 {
-		opt.Replicas = 1
-	}
 	if opt.NodeTTL == 0 {
 		opt.NodeTTL = time.Minute
+	}
+	if opt.LeaseTTL == 0 {
+		opt.LeaseTTL = 10 * time.Second
 	}
 	if opt.EventMaxAge == 0 {
 		opt.EventMaxAge = 7 * 24 * time.Hour
@@ -79,55 +86,68 @@ func Open(ctx context.Context, nc *nats.Conn, opt Options) (*Store, error) {
 		kv  *jetstream.KeyValue
 		cfg jetstream.KeyValueConfig
 	}{
-		{&s.sandboxes, jetstream.KeyValueConfig{Bucket: BucketSandboxes, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+		{&s.sandboxes, jetstream.KeyValueConfig{Bucket: BucketSandboxes, History: 1, Storage: jetstream.FileStorage,
 			Description: "sandbox records"}},
-		{&s.nodes, jetstream.KeyValueConfig{Bucket: BucketNodes, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+		{&s.nodes, jetstream.KeyValueConfig{Bucket: BucketNodes, History: 1, Storage: jetstream.FileStorage,
 			TTL: opt.NodeTTL, Description: "node heartbeats"}},
-		{&s.imageKV, jetstream.KeyValueConfig{Bucket: BucketImages, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+		{&s.imageKV, jetstream.KeyValueConfig{Bucket: BucketImages, History: 1, Storage: jetstream.FileStorage,
 			Description: "images by ID and name"}},
-		{&s.layerKV, jetstream.KeyValueConfig{Bucket: BucketLayers, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+		{&s.layerKV, jetstream.KeyValueConfig{Bucket: BucketLayers, History: 1, Storage: jetstream.FileStorage,
 			Description: "layers by ID and name"}},
-		{&s.snapKV, jetstream.KeyValueConfig{Bucket: BucketSnapshots, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+		{&s.snapKV, jetstream.KeyValueConfig{Bucket: BucketSnapshots, History: 1, Storage: jetstream.FileStorage,
 			Description: "snapshots of sandboxes, with their owners"}},
-		{&s.requests, jetstream.KeyValueConfig{Bucket: BucketRequests, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+		{&s.requests, jetstream.KeyValueConfig{Bucket: BucketRequests, History: 1, Storage: jetstream.FileStorage,
 			TTL: 24 * time.Hour, Description: "idempotent creates' keys and their sandboxes"}},
-		{&s.nodeAdmin, jetstream.KeyValueConfig{Bucket: BucketNodeAdmin, History: 1, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+		{&s.nodeAdmin, jetstream.KeyValueConfig{Bucket: BucketNodeAdmin, History: 1, Storage: jetstream.FileStorage,
 			Description: "what operators set on nodes: cordon, drain"}},
+		{&s.leases, jetstream.KeyValueConfig{Bucket: BucketLeases, History: 1, Storage: jetstream.FileStorage,
+			TTL: opt.LeaseTTL, Description: "API servers' leases: live servers and the leader"}},
 	}
+	// In a cluster each bucket and stream is a replicated group that
+	// elects its leader before the create answers: made at once, their
+	// elections overlap instead of adding up.
+	var g errgroup.Group
 	for _, b := range buckets {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
-		if err != nil {
-			return nil, fmt.Errorf("opening bucket %s: %w", b.cfg.Bucket, err)
-		}
-		*b.kv = kv
+		g.Go(func() error {
+			b.cfg.Replicas = natsbus.Replicas(ctx, js, natsbus.KVStream(b.cfg.Bucket), opt.Replicas)
+			kv, err := natsbus.EnsureKV(ctx, js, b.cfg)
+			if err != nil {
+				return fmt.Errorf("opening bucket %s: %w", b.cfg.Bucket, err)
+			}
+			*b.kv = kv
+			return nil
+		})
 	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	streams := []jetstream.StreamConfig{{
 		Name:        StreamEvents,
 		Description: "sandbox lifecycle events",
 		Subjects:    []string{EventSubjectPrefix + ">"},
 		Storage:     jetstream.FileStorage,
-		Replicas:    opt.Replicas,
 		MaxAge:      opt.EventMaxAge,
 		MaxMsgs:     10_000_000,
 		Discard:     jetstream.DiscardOld,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("opening stream %s: %w", StreamEvents, err)
-	}
-	// What the nodes' monitors saw in sandboxes (internal/audit): one
-	// subject per sandbox, kept as long as lifecycle events.
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	}, {
+		// What the nodes' monitors saw in sandboxes (internal/audit): one
+		// subject per sandbox, kept as long as lifecycle events.
 		Name:        StreamAudit,
 		Description: "audit events of sandboxes",
 		Subjects:    []string{AuditSubjectPrefix + ">"},
 		Storage:     jetstream.FileStorage,
-		Replicas:    opt.Replicas,
 		MaxAge:      opt.EventMaxAge,
 		MaxMsgs:     50_000_000,
 		Discard:     jetstream.DiscardOld,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("opening stream %s: %w", StreamAudit, err)
+	}}
+	for _, cfg := range streams {
+		g.Go(func() error {
+			cfg.Replicas = natsbus.Replicas(ctx, js, cfg.Name, opt.Replicas)
+			if _, err := natsbus.EnsureStream(ctx, js, cfg); err != nil {
+				return fmt.Errorf("opening stream %s: %w", cfg.Name, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -205,7 +225,7 @@ func get[T any](ctx context.Context, kv jetstream.KeyValue, key, what string) (T
 		return v, 0, errdefs.New(errdefs.NotFound, notFoundCodes[what], "%s %q not found", what, key)
 	}
 	if err != nil {
-		return v, 0, fmt.Errorf("reading %s %s: %w", what, key, err)
+		return v, 0, storeErr(ctx, err, "reading %s %s", what, key)
 	}
 	if err := json.Unmarshal(e.Value(), &v); err != nil {
 		return v, 0, fmt.Errorf("decoding %s %s: %w", what, key, err)
@@ -228,7 +248,7 @@ func createRaw(ctx context.Context, kv jetstream.KeyValue, key, what string, b [
 		return 0, errdefs.New(errdefs.Conflict, existsCodes[what], "%s %q already exists", what, key)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("writing %s %s: %w", what, key, err)
+		return 0, storeErr(ctx, err, "writing %s %s", what, key)
 	}
 	return rev, nil
 }
@@ -250,7 +270,7 @@ func updateRaw(ctx context.Context, kv jetstream.KeyValue, key, what string, b [
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 			return 0, errdefs.Wrap(errdefs.Conflict, api.CodeRevisionMismatch, err, "%s %q changed concurrently", what, key)
 		}
-		return 0, fmt.Errorf("updating %s %s: %w", what, key, err)
+		return 0, storeErr(ctx, err, "updating %s %s", what, key)
 	}
 	return nrev, nil
 }
@@ -262,7 +282,7 @@ func put(ctx context.Context, kv jetstream.KeyValue, key, what string, v any) (u
 	}
 	rev, err := kv.Put(ctx, key, b)
 	if err != nil {
-		return 0, fmt.Errorf("writing %s %s: %w", what, key, err)
+		return 0, storeErr(ctx, err, "writing %s %s", what, key)
 	}
 	return rev, nil
 }
@@ -293,3 +313,18 @@ func list[T any](ctx context.Context, kv jetstream.KeyValue, what string) ([]T, 
 // jsonCanonical encodes v as JSON; struct fields keep their declared order
 // and map keys are sorted, so equal values encode equally.
 func jsonCanonical(v any) ([]byte, error) { return json.Marshal(v) }
+
+// storeErr wraps err of an operation on the store. When JetStream does
+// not answer (a cluster without a quorum, a lost connection) and the
+// caller's context is still live, the error is Unavailable with a retry
+// hint: the request may succeed on a retry, here or on another server.
+func storeErr(ctx context.Context, err error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if ctx.Err() == nil && natsbus.Unreachable(err) {
+		e := errdefs.Wrap(errdefs.Unavailable, api.CodeStoreUnavailable, err,
+			"%s: the control plane's store does not answer (NATS JetStream without a quorum or unreachable); retry", msg)
+		e.RetryAfter = time.Second
+		return e
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}

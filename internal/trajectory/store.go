@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dsec-dev/dsec/internal/natsbus"
+
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -41,7 +43,8 @@ type Options struct {
 	// Retention is how long steps, heads and blobs are kept after they
 	// were last written. Default 7 days.
 	Retention time.Duration
-	// Replicas of the stream and buckets (1 for one host).
+	// Replicas of the stream and buckets; 0 keeps what they have (1 when
+	// new): see natsbus.Replicas.
 	Replicas int
 	// MaxBytes caps a trajectory: its steps' encoded sizes plus its
 	// blobs. Default 1 GiB.
@@ -93,9 +96,6 @@ func Open(ctx context.Context, js jetstream.JetStream, opt Options) (*Store, err
 	if opt.Retention == 0 {
 		opt.Retention = DefaultRetention
 	}
-	if opt.Replicas == 0 {
-		opt.Replicas = 1
-	}
 	if opt.MaxBytes == 0 {
 		opt.MaxBytes = DefaultMaxBytes
 	}
@@ -106,28 +106,28 @@ func Open(ctx context.Context, js jetstream.JetStream, opt Options) (*Store, err
 	var err error
 	// Direct gets are off: they may be served by a replica that lags,
 	// and Append's recovery must read what the leader holds.
-	s.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	s.stream, err = natsbus.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "trajectory steps, one subject per trajectory",
 		Subjects:    []string{SubjectPrefix + "*"},
 		Storage:     jetstream.FileStorage,
-		Replicas:    opt.Replicas,
+		Replicas:    natsbus.Replicas(ctx, js, StreamName, opt.Replicas),
 		MaxAge:      opt.Retention,
 		Discard:     jetstream.DiscardOld,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s: %w", StreamName, err)
 	}
-	s.heads, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	s.heads, err = natsbus.EnsureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket: BucketHeads, Description: "trajectory heads and owners' indexes", History: 1,
-		Storage: jetstream.FileStorage, Replicas: opt.Replicas, TTL: opt.Retention,
+		Storage: jetstream.FileStorage, Replicas: natsbus.Replicas(ctx, js, natsbus.KVStream(BucketHeads), opt.Replicas), TTL: opt.Retention,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening bucket %s: %w", BucketHeads, err)
 	}
-	s.blobStream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	s.blobStream, err = natsbus.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name: StreamBlobs, Description: "trajectory outputs and file contents, in chunks",
-		Subjects: []string{blobSubjectPrefix + ">"}, Storage: jetstream.FileStorage, Replicas: opt.Replicas,
+		Subjects: []string{blobSubjectPrefix + ">"}, Storage: jetstream.FileStorage, Replicas: natsbus.Replicas(ctx, js, StreamBlobs, opt.Replicas),
 		MaxAge: opt.Retention, Discard: jetstream.DiscardOld, AllowDirect: true,
 	})
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dsec-dev/dsec/internal/natsbus"
+
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -60,20 +62,18 @@ func NewNATS(ctx context.Context, nc *nats.Conn, replicas int) (*NATS, error) {
 	if err != nil {
 		return nil, err
 	}
-	if replicas == 0 {
-		replicas = 1
-	}
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	stream, err := natsbus.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name: BlobStream, Description: "DSec blobs (layer files), one message per chunk",
-		Subjects: []string{blobSubject + ">"}, Storage: jetstream.FileStorage, Replicas: replicas,
+		Subjects: []string{blobSubject + ">"}, Storage: jetstream.FileStorage, Replicas: natsbus.Replicas(ctx, js, BlobStream, replicas),
 		MaxMsgsPerSubject: 1, // a chunk written twice (concurrent puts) is kept once
 		AllowDirect:       true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening blob stream: %w", err)
 	}
-	meta, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: BlobBucket, Description: "DSec blob records", Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
+	meta, err := natsbus.EnsureKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket: BlobBucket, Description: "DSec blob records", Storage: jetstream.FileStorage,
+		Replicas: natsbus.Replicas(ctx, js, natsbus.KVStream(BlobBucket), replicas), History: 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening blob bucket: %w", err)

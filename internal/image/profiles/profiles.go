@@ -21,6 +21,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/dsec-dev/dsec/internal/natsbus"
+
 	"github.com/dsec-dev/dsec/api"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image/layerspec"
@@ -49,9 +51,9 @@ func Open(ctx context.Context, nc *nats.Conn, replicas int) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := natsbus.EnsureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket: Bucket, Description: "DSec layers' access profiles", Storage: jetstream.FileStorage,
-		Replicas: max(replicas, 1), History: 1,
+		Replicas: natsbus.Replicas(ctx, js, natsbus.KVStream(Bucket), replicas), History: 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening the profile bucket: %w", err)
