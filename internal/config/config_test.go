@@ -109,3 +109,48 @@ upper = "tmpfs"
 		t.Errorf("accelerator hvf: Validate = %v", err)
 	}
 }
+
+// TestClusterSettings: a cluster member needs a route address and no
+// external URL; replicas default to 3 in a cluster, 1 alone, and to
+// "keep" with an external NATS.
+func TestClusterSettings(t *testing.T) {
+	for name, n := range map[string]NATS{
+		"no listen":         {ClusterName: "c"},
+		"url and cluster":   {ClusterName: "c", ClusterListen: ":6222", URL: "nats://x:4222"},
+		"routes alone":      {Routes: []string{"a:6222"}},
+		"too many replicas": {Replicas: 7},
+		"bad server name":   {ServerName: "a b"},
+	} {
+		c := Defaults()
+		c.NATS = n
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	c := Defaults()
+	c.NATS = NATS{ClusterName: "c", ClusterListen: ":6222", Routes: []string{"a:6222", "b:6222"}, ServerName: "s1"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		n    NATS
+		want int
+	}{
+		{c.NATS, 3},
+		{NATS{}, 1},
+		{NATS{URL: "nats://x:4222"}, 0},
+		{NATS{URL: "nats://x:4222", Replicas: 3}, 3},
+	} {
+		if got := tc.n.StreamReplicas(); got != tc.want {
+			t.Errorf("StreamReplicas of %+v = %d, want %d", tc.n, got, tc.want)
+		}
+	}
+	env := map[string]string{"DSEC_ROUTES": "a:1, b:2,,", "DSEC_CLUSTER_NAME": "c", "DSEC_SERVER_NAME": "s9"}
+	c = Defaults()
+	if err := c.ApplyEnv(func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.NATS.Routes) != 2 || c.NATS.Routes[1] != "b:2" || c.NATS.ClusterName != "c" || c.NATS.ServerName != "s9" {
+		t.Errorf("from the environment: %+v", c.NATS)
+	}
+}
