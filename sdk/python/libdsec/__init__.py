@@ -27,6 +27,7 @@ from ._models import (
     ImageInfo,
     IntegrityReport,
     LayerInfo,
+    NodeInfo,
     PhaseChange,
     ProcessInfo,
     ResumeResult,
@@ -65,6 +66,7 @@ from .errors import (
 )
 from .files import AsyncFiles, AsyncFileStream, Files, FileStream
 from .images import AsyncImage, AsyncLayer, Image, Layer
+from .nodes import AsyncNode, Node
 from .sandbox import Sandbox
 from .sandbox_async import AsyncSandbox
 from .trajectories import AsyncSnapshots, AsyncTrajectories, Snapshots, Trajectories
@@ -103,6 +105,9 @@ __all__ = [
     "CommandResult",
     "ProcessInfo",
     "EntryInfo",
+    "Node",
+    "AsyncNode",
+    "NodeInfo",
     "Image",
     "AsyncImage",
     "Layer",

@@ -1014,3 +1014,42 @@ class Forked(List[_S]):
     @property
     def snapshot(self) -> Snapshot:
         return self.result.snapshot
+
+
+@dataclass
+class NodeInfo:
+    """A node as the control plane sees it (the ``Node`` schema).
+
+    ``tiers`` are the tiers it runs now; ``capacity`` and ``usage`` are the
+    heartbeat's figures as sent. ``cordoned``: no new sandbox is placed on
+    it; ``draining``: cordoned, and its sandboxes move off or end by
+    ``drain_deadline``.
+    """
+
+    id: str
+    version: str = ""
+    ready: bool = False
+    tiers: list[str] = field(default_factory=list)
+    capacity: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    last_seen: datetime | None = None
+    started_at: datetime | None = None
+    cordoned: bool = False
+    draining: bool = False
+    drain_deadline: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> NodeInfo:
+        return cls(
+            id=str(d.get("id", "")),
+            version=str(d.get("version") or ""),
+            ready=bool(d.get("ready")),
+            tiers=[str(t.get("name", "")) for t in d.get("tiers") or [] if t.get("available")],
+            capacity=dict(d.get("capacity") or {}),
+            usage=dict(d.get("usage") or {}),
+            last_seen=parse_time(d.get("last_seen")),
+            started_at=parse_time(d.get("started_at")),
+            cordoned=bool(d.get("cordoned")),
+            draining=bool(d.get("draining")),
+            drain_deadline=parse_time(d.get("drain_deadline")),
+        )

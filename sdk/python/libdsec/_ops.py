@@ -18,6 +18,7 @@ import httpx
 from ._calls import Body, BodyData, Call
 from ._config import SERVER_COMMAND_TIMEOUT
 from ._models import (
+    NodeInfo,
     AuditEvent,
     CommandResult,
     EntryInfo,
@@ -1135,3 +1136,29 @@ def blob_call(traj_id: str, digest: str, timeout: float) -> Call:
 def read_blob(traj_id: str, digest: str, timeout: float) -> Op[bytes]:
     resp = yield blob_call(traj_id, digest, timeout)
     return resp.content
+
+
+def list_nodes(timeout: float) -> Op[list[NodeInfo]]:
+    resp = yield Call("GET", "/v1/nodes", timeout)
+    return [NodeInfo.from_json(x) for x in json_body(resp).get("nodes") or []]
+
+
+def _node_path(node: str, action: str) -> str:
+    if not isinstance(node, str) or not node:
+        raise InvalidArgumentError("node must be a non-empty node ID")
+    return f"/v1/nodes/{quote(node, safe='')}/{action}"
+
+
+def cordon_node(node: str, on: bool, timeout: float) -> Op[NodeInfo]:
+    resp = yield Call("POST", _node_path(node, "cordon" if on else "uncordon"), timeout)
+    return NodeInfo.from_json(json_body(resp))
+
+
+def drain_node(node: str, deadline_s: int | None, timeout: float) -> Op[NodeInfo]:
+    body: dict[str, Any] = {}
+    if deadline_s is not None:
+        if isinstance(deadline_s, bool) or not isinstance(deadline_s, int) or deadline_s <= 0:
+            raise InvalidArgumentError("deadline_s must be a positive number of seconds")
+        body["deadline_s"] = deadline_s
+    resp = yield Call("POST", _node_path(node, "drain"), timeout, json=body)
+    return NodeInfo.from_json(json_body(resp))
