@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -113,7 +114,7 @@ func (l *leases) creatorGone(creator, run string, began time.Time) bool {
 
 // renew renews this server's lease and the leader's (or takes the
 // leader's if it is free), and rereads who is alive.
-func (l *leases) renew(ctx context.Context, log logger) {
+func (l *leases) renew(ctx context.Context, log *slog.Logger) {
 	now := time.Now()
 	all, err := l.st.Leases(ctx)
 	if err != nil {
@@ -195,11 +196,4 @@ func (l *leases) release(ctx context.Context) {
 // leaseLoop renews the leases every TTL/5 until ctx ends.
 func (m *Manager) leaseLoop(ctx context.Context) {
 	m.every(ctx, m.leases.ttl/5, func(ctx context.Context, _ time.Time) { m.leases.renew(ctx, m.log) })
-}
-
-// logger is the part of *slog.Logger leases use.
-type logger interface {
-	Info(msg string, args ...any)
-	Warn(msg string, args ...any)
-	Error(msg string, args ...any)
 }

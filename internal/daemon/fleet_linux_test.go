@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -286,36 +287,51 @@ func (f *fleet) runLoad(ctx context.Context, workers int) (*loadStats, func()) {
 	return s, func() { testenv.WaitGroup(f.t, &wg, 3*time.Minute, "the load's clients") }
 }
 
+// holders lists, for every sandbox the nodes run, the nodes that run it
+// (one, unless it exists twice), asking each node over NATS.
+func (f *fleet) holders(ctx context.Context) (map[string][]string, error) {
+	nc, err := natsbus.Dial(ctx, f.natsURLs, f.natsTok, "fleet-test")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	nodes := noderpc.NewClient(nc)
+	held := map[string][]string{}
+	for _, cfg := range f.ncfg {
+		have, err := nodes.List(ctx, cfg.Node.ID)
+		if err != nil {
+			return nil, fmt.Errorf("listing node %s: %w", cfg.Node.ID, err)
+		}
+		for _, sb := range have {
+			held[sb.ID] = append(held[sb.ID], cfg.Node.ID)
+		}
+	}
+	return held, nil
+}
+
+// running lists the load's sandboxes whose records say running.
+func (f *fleet) running(ctx context.Context) ([]api.Sandbox, error) {
+	return f.client().ListAllSandboxes(ctx, client.ListOptions{Labels: map[string]string{"load": "fleet"}, State: "running"})
+}
+
 // mismatches counts the running records whose node does not hold them
 // and the sandboxes nodes hold without a running record.
 func (f *fleet) mismatches() int {
 	ctx := context.Background()
-	nc, err := natsbus.Dial(ctx, f.natsURLs, f.natsTok, "fleet-test")
+	held, err := f.holders(ctx)
 	if err != nil {
 		return -1
 	}
-	defer nc.Close()
-	nodes := noderpc.NewClient(nc)
-	held := map[string]bool{}
-	for _, cfg := range f.ncfg {
-		have, err := nodes.List(ctx, cfg.Node.ID)
-		if err != nil {
-			return -1
-		}
-		for _, sb := range have {
-			held[cfg.Node.ID+"/"+sb.ID] = true
-		}
-	}
-	list, err := f.client().ListAllSandboxes(ctx, client.ListOptions{Labels: map[string]string{"load": "fleet"}, State: "running"})
+	list, err := f.running(ctx)
 	if err != nil {
 		return -1
 	}
 	n := 0
 	for _, sb := range list {
-		if !held[sb.Node+"/"+sb.ID] {
+		if !slices.Equal(held[sb.ID], []string{sb.Node}) {
 			n++
 		}
-		delete(held, sb.Node+"/"+sb.ID)
+		delete(held, sb.ID)
 	}
 	return n + len(held)
 }
@@ -329,24 +345,16 @@ func (f *fleet) checkAccounts(s *loadStats) {
 	t.Helper()
 	c := f.client()
 	ctx := context.Background()
-	nc, err := natsbus.Dial(ctx, f.natsURLs, f.natsTok, "fleet-test")
+	holders, err := f.holders(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	nodes := noderpc.NewClient(nc)
 	held := map[string]string{} // sandbox → node
-	for _, cfg := range f.ncfg {
-		have, err := nodes.List(ctx, cfg.Node.ID)
-		if err != nil {
-			t.Fatalf("listing node %s: %v", cfg.Node.ID, err)
+	for id, ns := range holders {
+		if len(ns) > 1 {
+			t.Errorf("sandbox %s runs on %v", id, ns)
 		}
-		for _, sb := range have {
-			if n, dup := held[sb.ID]; dup {
-				t.Errorf("sandbox %s runs on %s and %s", sb.ID, n, cfg.Node.ID)
-			}
-			held[sb.ID] = cfg.Node.ID
-		}
+		held[id] = ns[0]
 	}
 	seen := map[string]bool{}
 	var running, ended int
@@ -381,7 +389,7 @@ func (f *fleet) checkAccounts(s *loadStats) {
 			t.Errorf("acknowledged sandbox %s is %s after the faults", id, sb.State)
 		}
 	}
-	list, err := c.ListAllSandboxes(ctx, client.ListOptions{Labels: map[string]string{"load": "fleet"}, State: "running"})
+	list, err := f.running(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
